@@ -9,7 +9,12 @@ trust_remote_code=True)` works where `slimspec_hf` is not installed. Loading it 
 Shapes: B batch, T positions, d drafter width, d_t target width, V vocabulary, r head rank, K trimmed vocab.
 """
 
+import json
 import math
+import os
+import shutil
+import struct
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -394,6 +399,32 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def tie_weights(self, *args, **kwargs):
         return  # nothing to tie: the embedding is borrowed, the head is the drafter's own
 
+    # -- checkpoints: safetensors only, checked before loading, written atomically ------------------------------
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        if os.path.isdir(str(pretrained_model_name_or_path)):
+            check_safetensors_checkpoint(str(pretrained_model_name_or_path))
+        kwargs.setdefault("use_safetensors", True)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Like `PreTrainedModel.save_pretrained`, but files are written to a temporary folder first and then
+        moved into place one by one, so an interrupted save never leaves a half-written file behind."""
+        if kwargs.get("safe_serialization") is False:
+            raise ValueError("`safe_serialization=False` is not supported: SlimSpec drafters are saved as safetensors.")
+        kwargs.pop("safe_serialization", None)
+        if kwargs.get("push_to_hub"):
+            return super().save_pretrained(save_directory, *args, **kwargs)  # uploads right after saving
+        save_directory = os.fspath(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-save-", dir=save_directory)
+        try:
+            super().save_pretrained(tmp, *args, **kwargs)
+            for name in sorted(os.listdir(tmp)):
+                os.replace(os.path.join(tmp, name), os.path.join(save_directory, name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     # -- forward -----------------------------------------------------------------------------------------------
     def embed(self, input_ids: torch.LongTensor) -> torch.Tensor:
         if self._embed_tokens is None:
@@ -500,6 +531,37 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         context.append((k, v))
         attn = ttt_attention(q, context, attention_mask, attn_layer.num_groups)
         return self.layer.finish(hidden_states, attn_layer.output(attn))
+
+
+def check_safetensors_checkpoint(folder: str) -> None:
+    """Refuses a folder whose weights are not safetensors, or whose safetensors files are truncated."""
+    names = sorted(os.listdir(folder))
+    tensors = [n for n in names if n.endswith(".safetensors")]
+    pickled = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+    if not tensors:
+        found = f"found {pickled}" if pickled else "found no weights file"
+        raise ValueError(
+            f"{folder!r} holds no .safetensors weights ({found}); SlimSpec drafters load from safetensors only. "
+            "Convert the weights with `safetensors.torch.save_file` or re-save with `save_pretrained`."
+        )
+    for name in tensors:
+        path = os.path.join(folder, name)
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            header_len = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            if header_len is None or header_len > size - 8:
+                raise ValueError(f"{path!r} is truncated or not a safetensors file ({size} bytes); re-save it.")
+            try:
+                header = json.loads(handle.read(header_len))
+            except ValueError as err:
+                raise ValueError(f"{path!r} has an unreadable safetensors header ({err}); re-save it.") from None
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + header_len + end > size:
+            raise ValueError(
+                f"{path!r} is truncated: its header describes {8 + header_len + end} bytes, the file has {size}. "
+                "Re-save or re-download it."
+            )
 
 
 def ttt_attention(
