@@ -51,6 +51,8 @@ def _dequantised_cache() -> Path:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.config._name_or_path = EMBEDDED_TARGET_NAME
+    # The weights are already dequantised to fp32: drop the GGUF quantizer so that they save as plain safetensors.
+    model.hf_quantizer = None
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
     folder.parent.mkdir(parents=True, exist_ok=True)
