@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import warnings
 from fnmatch import fnmatch
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from .hub_server import HubServer
 
 
@@ -117,8 +117,9 @@ def _scenario_push_and_load(workdir: str) -> dict:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
-    from tests.conftest import make_tiny_drafter, make_tiny_target
     from slimspec_hf import SlimSpecDrafterForCausalLM, cli, hub
+
+    from .conftest import make_tiny_drafter, make_tiny_target
 
     work, api, out = Path(workdir), HfApi(), {}
     hook_before = SlimSpecDrafterForCausalLM.__dict__.get("push_to_hub")
@@ -165,7 +166,9 @@ def _scenario_push_and_load(workdir: str) -> dict:
     card_v2 = _card_summary(ModelCard.load(DRAFTER_REPO))
     out["card_v2"] = {k: card_v2[k] for k in ("pinned", "metrics")}
     out["v2_differs_from_v1"] = (ref2 - ref1).abs().max().item()
-    out["main_after_v2_max_diff"] = (logits_of(AutoModelForCausalLM.from_pretrained(DRAFTER_REPO)) - ref2).abs().max().item()
+    out["main_after_v2_max_diff"] = (
+        (logits_of(AutoModelForCausalLM.from_pretrained(DRAFTER_REPO)) - ref2).abs().max().item()
+    )
     pinned_v1 = AutoModelForCausalLM.from_pretrained(DRAFTER_REPO, revision=card_v1["pinned"])
     out["pinned_v1_max_diff"] = (logits_of(pinned_v1) - ref1).abs().max().item()
     pinned_v2 = AutoModelForCausalLM.from_pretrained(DRAFTER_REPO, revision=card_v2["pinned"])
@@ -175,7 +178,9 @@ def _scenario_push_and_load(workdir: str) -> dict:
     hub.push_to_hub(work / "v1", DRAFTER_REPO, revision="stable")
     branch = AutoModelForCausalLM.from_pretrained(DRAFTER_REPO, revision="stable")
     out["branch_max_diff"] = (logits_of(branch) - ref1).abs().max().item()
-    out["branch_card_pinned"] = _card_summary(ModelCard.load(api.hf_hub_download(DRAFTER_REPO, "README.md", revision="stable")))["pinned"]
+    out["branch_card_pinned"] = _card_summary(
+        ModelCard.load(api.hf_hub_download(DRAFTER_REPO, "README.md", revision="stable"))
+    )["pinned"]
 
     # 6. bad input: a missing revision, a repo that is not a drafter, a folder that is not a drafter
     for key, call in {
@@ -333,7 +338,10 @@ def test_push_to_branch(pushed, hub_server):
     out, _ = pushed
     assert out["branch_max_diff"] == 0.0
     assert out["branch_card_pinned"] in hub_server.state.repos[DRAFTER_REPO].commits
-    assert hub_server.files(DRAFTER_REPO, "stable")["model.safetensors"] != hub_server.files(DRAFTER_REPO)["model.safetensors"]
+    assert (
+        hub_server.files(DRAFTER_REPO, "stable")["model.safetensors"]
+        != hub_server.files(DRAFTER_REPO)["model.safetensors"]
+    )
 
 
 def test_bad_input_gives_clear_errors(pushed):
@@ -386,7 +394,12 @@ def test_package_import_makes_drafter_push_to_hub_publish_the_card(pushed):
 def test_remote_code_without_the_package(pushed, hub_server, tmp_path):
     out, work = pushed
     remote = _run_client(
-        hub_server, tmp_path / "hf-home", "_scenario_remote_code", str(work), DRAFTER_REPO, out["pinned_v2"],
+        hub_server,
+        tmp_path / "hf-home",
+        "_scenario_remote_code",
+        str(work),
+        DRAFTER_REPO,
+        out["pinned_v2"],
         block_package=True,
     )
     assert remote["package_importable"] is False
@@ -404,7 +417,7 @@ def test_remote_code_without_the_package(pushed, hub_server, tmp_path):
 
 
 def _tiny_drafter(**overrides):
-    from tests.conftest import make_tiny_drafter, make_tiny_target
+    from .conftest import make_tiny_drafter, make_tiny_target
 
     return make_tiny_drafter(make_tiny_target(), **overrides)
 
@@ -426,8 +439,9 @@ def test_card_front_matter_parses_and_carries_the_metrics():
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a recorded Hub target: no warning
-        card = render_model_card(drafter, results=results, datasets="org/prompts", revision="a" * 40,
-                                 repo_id="org/smol-drafter")
+        card = render_model_card(
+            drafter, results=results, datasets="org/prompts", revision="a" * 40, repo_id="org/smol-drafter"
+        )
     meta = _front_matter(str(card))
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
@@ -440,7 +454,9 @@ def test_card_front_matter_parses_and_carries_the_metrics():
         "greedy": {"acceptance_length": 3.1, "rho_tau": 0.99, "speedup": 2.0, "nu": 0.2},
         "temperature-1": {"acceptance_length": 2.5, "speedup": 1.4},
     }
-    assert all(r["task"]["type"] == "text-generation" and r["dataset"]["name"] == "Spec-Bench" for r in index["results"])
+    assert all(
+        r["task"]["type"] == "text-generation" and r["dataset"]["name"] == "Spec-Bench" for r in index["results"]
+    )
     # huggingface_hub reads it back the same way
     reparsed = ModelCard(str(card)).data
     assert sorted((r.dataset_config, r.metric_type, r.metric_value) for r in reparsed.eval_results) == sorted(
@@ -470,9 +486,9 @@ def test_card_without_a_target_warns_and_uses_a_placeholder():
 
 
 def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
-    from tests.conftest import make_tiny_target
-
     from slimspec_hf.hub import render_model_card, write_model_card
+
+    from .conftest import make_tiny_target
 
     target = make_tiny_target()
     target.save_pretrained(tmp_path)
@@ -533,8 +549,12 @@ def test_recipe_dataclass_lists_only_changed_fields():
         hub_token: str | None = None
         tags: list = dataclasses.field(default_factory=list)
 
-    card = str(render_model_card(_tiny_drafter(target_model_name_or_path="org/t"),
-                                 recipe=Args(learning_rate=4e-4, head_init="svd", hub_token="hf_secret")))
+    card = str(
+        render_model_card(
+            _tiny_drafter(target_model_name_or_path="org/t"),
+            recipe=Args(learning_rate=4e-4, head_init="svd", hub_token="hf_secret"),
+        )
+    )
     assert "| `learning_rate` | `0.000400` |" in card and "| `head_init` | `svd` |" in card
     assert "ttt_steps" not in card and "hf_secret" not in card
 
@@ -542,6 +562,7 @@ def test_recipe_dataclass_lists_only_changed_fields():
 def test_template_ships_in_the_wheel():
     from slimspec_hf.hub import TEMPLATE_NAME, template_text
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["slimspec_hf"]
     assert any(fnmatch(f"model_cards/{TEMPLATE_NAME}", p) for p in patterns)

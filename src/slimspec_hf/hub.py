@@ -241,7 +241,9 @@ def _load_card_inputs(folder: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        warnings.warn(f"Ignoring {path}: not valid JSON ({err}); the card is rendered from the arguments only.")
+        warnings.warn(
+            f"Ignoring {path}: not valid JSON ({err}); the card is rendered from the arguments only.", stacklevel=3
+        )
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -419,7 +421,9 @@ def render_model_card(
             for k, v in entry.items()
             if k not in METRICS and k not in RESULT_FIELDS and isinstance(v, (int, float, str)) and v != ""
         )
-        metrics = [(label, _fmt(entry[k], digits)) for k, (label, digits) in METRICS.items() if entry.get(k) is not None]
+        metrics = [
+            (label, _fmt(entry[k], digits)) for k, (label, digits) in METRICS.items() if entry.get(k) is not None
+        ]
         result_rows.append({"dataset": entry["dataset"], "context": context, "metrics": metrics})
 
     card = ModelCard.from_template(
@@ -468,7 +472,8 @@ def write_model_card(
     inputs = {
         "recipe": _recipe_dict(recipe) if recipe is not None else stored.get("recipe"),
         "results": _results_list(results) if results is not None else stored.get("results"),
-        "datasets": ([datasets] if isinstance(datasets, str) else list(datasets)) if datasets is not None
+        "datasets": ([datasets] if isinstance(datasets, str) else list(datasets))
+        if datasets is not None
         else stored.get("datasets"),
     }
     card = render_model_card(folder, repo_id=repo_id, revision=revision, **inputs)
@@ -485,8 +490,10 @@ def write_model_card(
 
 def _remote_code_files(config: dict) -> dict[str, str]:
     """{module file: source} for the `auto_map` of a drafter, from the installed package."""
-    return {f"{module.__name__.rsplit('.', 1)[-1]}.py": Path(module.__file__).read_text(encoding="utf-8")
-            for module, _ in REMOTE_CODE.values()}
+    return {
+        f"{module.__name__.rsplit('.', 1)[-1]}.py": Path(module.__file__).read_text(encoding="utf-8")
+        for module, _ in REMOTE_CODE.values()
+    }
 
 
 def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
@@ -503,7 +510,9 @@ def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
         elif path.name.endswith(PICKLE_SUFFIXES):
             skipped.append(path.name)
     if skipped:
-        logger.warning("Not publishing %s: pickled files are not loaded from the Hub (weights are safetensors).", skipped)
+        logger.warning(
+            "Not publishing %s: pickled files are not loaded from the Hub (weights are safetensors).", skipped
+        )
     if not any(name.endswith(".safetensors") for name in files):
         raise FileNotFoundError(
             f"`model_dir` ({folder}) holds no safetensors weights; save the drafter with "
@@ -563,8 +572,17 @@ def _push(
         with tempfile.TemporaryDirectory(prefix="slimspec-push-") as tmp:
             model_dir.save_pretrained(tmp, max_shard_size=max_shard_size)
             return _push(
-                tmp, repo_id, revision=revision, private=private, token=token, commit_message=commit_message,
-                commit_description=commit_description, recipe=recipe, results=results, datasets=datasets, tags=tags,
+                tmp,
+                repo_id,
+                revision=revision,
+                private=private,
+                token=token,
+                commit_message=commit_message,
+                commit_description=commit_description,
+                recipe=recipe,
+                results=results,
+                datasets=datasets,
+                tags=tags,
                 update_card=update_card,
             )
     folder = Path(model_dir)
@@ -718,8 +736,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         info, pinned = _push(
-            args.model_dir, args.repo_id, revision=args.revision, private=args.private, token=args.token,
-            commit_message=args.commit_message, results=args.results, recipe=args.recipe, datasets=args.dataset,
+            args.model_dir,
+            args.repo_id,
+            revision=args.revision,
+            private=args.private,
+            token=args.token,
+            commit_message=args.commit_message,
+            results=args.results,
+            recipe=args.recipe,
+            datasets=args.dataset,
             update_card=not args.keep_card,
         )
     except (ValueError, TypeError, FileNotFoundError) as err:
