@@ -179,25 +179,43 @@ def _recipe_dict(recipe: Any) -> dict | None:
             raise ValueError(f"`recipe` ({recipe}) must hold a YAML mapping, got {type(loaded).__name__}.")
         recipe = loaded
     elif dataclasses.is_dataclass(recipe) and not isinstance(recipe, type):
-        changed = {}
-        for f in dataclasses.fields(recipe):
-            if not f.init:
-                continue
-            value = getattr(recipe, f.name)
-            if f.default is not dataclasses.MISSING:
-                default = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                default = f.default_factory()
-            else:
-                default = dataclasses.MISSING
-            if default is dataclasses.MISSING or _plain(value) != _plain(default):
-                changed[f.name] = value
-        recipe = changed
+        recipe = _changed_fields(recipe)
     elif not isinstance(recipe, Mapping):
         raise TypeError(
             f"`recipe` must be a dict, a path to a YAML recipe or a config dataclass, got {type(recipe).__name__}."
         )
     return {str(k): _plain(v) for k, v in recipe.items() if not RECIPE_PRIVATE.search(str(k))}
+
+
+def _changed_fields(args: Any) -> dict:
+    """The init fields of a dataclass instance that differ from a default instance of its class.
+
+    The baseline is built by the class itself (from the required fields only) so that what its post-init normalises
+    (TrainingArguments turns `report_to=None` into `[]`, fills `accelerator_config`, ...) does not count as a change;
+    if that fails, the declared field defaults are the baseline.
+    """
+    fields = [f for f in dataclasses.fields(args) if f.init]
+    required = {
+        f.name: getattr(args, f.name)
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            baseline = type(args)(**required)
+        defaults = {f.name: getattr(baseline, f.name) for f in fields}
+    except Exception:  # noqa: BLE001 - any failure falls back to the declared defaults
+        defaults = {
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in fields
+            if f.name not in required
+        }
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields
+        if f.name in required or _plain(getattr(args, f.name)) != _plain(defaults.get(f.name))
+    }
 
 
 def _results_list(results: Any) -> list[dict] | None:
