@@ -486,6 +486,14 @@ def test_export_round_trip_trimmed(tmp_path, target):
     torch.testing.assert_close(b[torch.isfinite(b)], a[torch.isfinite(a)], atol=ATOL, rtol=0)
 
 
+def test_export_refuses_last_layer_id(tmp_path, target):
+    from .conftest import make_tiny_drafter
+
+    drafter = make_tiny_drafter(target, head_type="full", target_layer_ids=[2, 4, L])
+    with pytest.raises(ValueError, match="post-norm"):
+        export_speculators(drafter, tmp_path / "export")
+
+
 def test_export_refuses_target_head(tmp_path, target):
     from .conftest import make_tiny_drafter
 

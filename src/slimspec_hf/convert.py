@@ -662,6 +662,13 @@ def export_speculators(
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(drafter)
     if drafter.config.target_layer_ids is None:
         raise ValueError("The drafter config has no `target_layer_ids`; set them before exporting.")
+    num_layers = drafter.config.target_num_hidden_layers
+    if num_layers is not None and num_layers in drafter.config.target_layer_ids:
+        raise ValueError(
+            f"`target_layer_ids` {drafter.config.target_layer_ids} includes {num_layers}: HF's hidden_states[{num_layers}] "
+            "is post-norm, vLLM's layer id of the same number is the pre-norm output, so vLLM would feed this drafter "
+            "other features."
+        )
     dtype = dtype or drafter.fc.weight.dtype
     tensors, draft_vocab = speculators_state_dict(drafter)
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
