@@ -168,10 +168,19 @@ def _scatter_full(compact: torch.Tensor, token_ids: torch.Tensor, vocab_size: in
 
 
 def build_heads(
-    hidden_size: int, vocab_size: int, rank: int, draft_vocab_size: int, dtype: torch.dtype, seed: int = 0
+    hidden_size: int,
+    vocab_size: int,
+    rank: int,
+    draft_vocab_size: int,
+    dtype: torch.dtype,
+    seed: int = 0,
+    model_head: bool = False,
 ) -> dict[tuple[str, str], Callable[[torch.Tensor], torch.Tensor]]:
     """{(head, layout): h -> full-V logits} for one shape and dtype. Holds every weight of the shape once per
-    layout (for Llama-3.1-8B in fp32: 2 × 2.1 GB full, 2 × 0.5 GB trimmed, 2 × 0.26 GB low-rank)."""
+    layout (for Llama-3.1-8B in fp32: 2 × 2.1 GB full, 2 × 0.5 GB trimmed, 2 × 0.26 GB low-rank).
+
+    With `model_head`, also `modeling_slimspec.LowRankHead` as the model builds it ("as stored") and with its
+    `up.weight` re-laid out by `column_major` ("T-layout"), both holding the same W_down and W_up."""
     d, V, r, K = hidden_size, vocab_size, rank, draft_vocab_size
     full = _random_matrix(V, d, dtype, seed)
     full_t = _random_matrix(V, d, dtype, seed, transposed=True)  # (V, d) view of a contiguous (d, V)
@@ -182,7 +191,7 @@ def build_heads(
     trimmed_t = _random_matrix(K, d, dtype, seed + 3, transposed=True)
     token_ids = torch.randperm(V, generator=torch.Generator().manual_seed(seed))[:K].sort().values
 
-    return {
+    heads = {
         ("full", "as stored"): lambda h: F.linear(h, full),
         ("full", "T-layout"): lambda h: F.linear(h, full_t),
         ("low-rank", "as stored"): lambda h: F.linear(F.linear(h, down), up),
@@ -190,6 +199,18 @@ def build_heads(
         ("trimmed", "as stored"): lambda h: _scatter_full(F.linear(h, trimmed), token_ids, V),
         ("trimmed", "T-layout"): lambda h: _scatter_full(F.linear(h, trimmed_t), token_ids, V),
     }
+    if model_head:  # the package's own LowRankHead module, before and after storing `up.weight` column-major
+        from .modeling_slimspec import LowRankHead
+
+        before = LowRankHead(d, V, r).to(dtype).requires_grad_(False)
+        before.down.weight.copy_(down)
+        before.up.weight.copy_(up)
+        after = LowRankHead(d, V, r).to(dtype).requires_grad_(False)
+        after.down.weight.copy_(down)
+        after.up.weight.data = column_major(up)
+        heads[("LowRankHead", "as stored")] = before
+        heads[("LowRankHead", "T-layout")] = after
+    return heads
 
 
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -224,10 +245,16 @@ def check_layouts_agree(heads: dict, hidden_size: int, dtype: torch.dtype) -> No
     """The T-layout low-rank head must compute the same logits as the as-stored one (same weights)."""
     h = torch.randn(2, hidden_size, generator=torch.Generator().manual_seed(0)).to(dtype)
     with torch.inference_mode():
-        a, b = heads[("low-rank", "as stored")](h).float(), heads[("low-rank", "T-layout")](h).float()
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    if not torch.allclose(a, b, rtol=tol, atol=tol * float(a.abs().max())):
-        raise RuntimeError(f"fast_low_rank_logits disagrees with F.linear: max |diff| {float((a - b).abs().max())}.")
+        reference = heads[("low-rank", "as stored")](h).float()
+        others = [key for key in heads if key[0] in ("low-rank", "LowRankHead") and key != ("low-rank", "as stored")]
+        for key in others:
+            other = heads[key](h).float()
+            tol = 1e-4 if dtype == torch.float32 else 3e-2
+            if not torch.allclose(reference, other, rtol=tol, atol=tol * float(reference.abs().max())):
+                raise RuntimeError(
+                    f"{key} disagrees with F.linear(F.linear(h, down), up): max |diff| "
+                    f"{float((reference - other).abs().max())}."
+                )
 
 
 def measure_cell(
@@ -252,7 +279,7 @@ def measure_cell(
     for (head, layout), ts in times.items():
         if head == "full":
             macs, limit, r, k = vocab_size * hidden_size, 1.0, None, None
-        elif head == "low-rank":
+        elif head in ("low-rank", "LowRankHead"):
             macs, r, k = rank * hidden_size + vocab_size * rank, rank, None
             limit = mac_limit_low_rank(hidden_size, vocab_size, rank)
         else:
@@ -332,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timed rounds at batch 1 (default 9)")
     parser.add_argument(
-        "--rounds-large", type=int, default=5, help="interleaved timed rounds at batch > 8 (default 5)"
+        "--rounds-large", type=int, default=3, help="interleaved timed rounds at batch > 8 (default 3)"
     )
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each head before timing (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave as is)")
@@ -341,19 +368,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write a 64 MiB buffer before every call so heads start with a cold last-level cache",
     )
+    parser.add_argument(
+        "--model-head",
+        action="store_true",
+        help="also time modeling_slimspec.LowRankHead before/after storing up.weight column-major",
+    )
     parser.add_argument("--json", dest="json_path", default=None, help="also write every measurement to this JSON")
     return parser
 
 
 def _format_table(rows: list[Measurement]) -> str:
     header = (
-        f"{'shape':<14} {'dtype':<8} {'B':>3} {'head':<9} {'layout':<9} {'median ms':>10} {'IQR ms':>17} "
+        f"{'shape':<14} {'dtype':<8} {'B':>3} {'head':<11} {'layout':<9} {'median ms':>10} {'IQR ms':>17} "
         f"{'speed-up':>8} {'IQR':>13} {'MAC limit':>9} {'of limit':>8}"
     )
     lines = [header, "-" * len(header)]
     for m in rows:
         lines.append(
-            f"{m.shape:<14} {m.dtype:<8} {m.batch_size:>3} {m.head:<9} {m.layout:<9} {m.median_ms:>10.3f} "
+            f"{m.shape:<14} {m.dtype:<8} {m.batch_size:>3} {m.head:<11} {m.layout:<9} {m.median_ms:>10.3f} "
             f"{f'{m.p25_ms:.3f}–{m.p75_ms:.3f}':>17} {m.speedup:>8.2f} "
             f"{f'{m.speedup_p25:.2f}–{m.speedup_p75:.2f}':>13} {m.mac_limit:>9.2f} {m.fraction_of_limit:>8.2f}"
         )
@@ -414,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, d, V, rank, k in plans:
         for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
-            heads = build_heads(d, V, rank, k, dtype)
+            heads = build_heads(d, V, rank, k, dtype, model_head=args.model_head)
             check_layouts_agree(heads, d, dtype)
             for batch_size in args.batch_sizes:
                 rounds = args.rounds if batch_size <= 8 else args.rounds_large
