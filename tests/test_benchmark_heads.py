@@ -103,3 +103,14 @@ def test_bench_head_rejects_bad_arguments(argv, message, tmp_path, capsys):
     assert excinfo.type is ValueError or excinfo.value.code == 2
     assert re.search(message, text), text
     assert not out.exists()
+
+
+def test_bench_head_model_head_times_the_package_lowrankhead_in_both_layouts(tmp_path):
+    out = tmp_path / "bench.json"
+    argv = ["--shapes", "tiny=32,256", "--batch-sizes", "1", "--dtypes", "float32", "--rounds", "2"]
+    assert main([*argv, "--model-head", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["measurements"]
+    model_rows = {m["layout"]: m for m in rows if m["head"] == "LowRankHead"}
+    assert set(model_rows) == {"as stored", "T-layout"}
+    for m in model_rows.values():
+        assert m["rank"] == 4 and m["mac_limit"] == pytest.approx(32 * 256 / (4 * 32 + 256 * 4))
