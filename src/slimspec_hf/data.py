@@ -91,8 +91,9 @@ def load_prompts(path: str | os.PathLike, max_prompts: int | None = None) -> lis
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _read_shards(data_dir: Path) -> tuple[list[dict], int]:
-    """All complete rows of the shards; a truncated last line (a killed run) is cut off the file. → (rows, cut)."""
+def _read_shards(data_dir: Path, repair: bool = False) -> tuple[list[dict], int]:
+    """All complete rows of the shards → (rows, truncated shards). A truncated last line (a killed run) is cut off
+    the file only with `repair=True` (by prepare-data itself, never while another process may be writing)."""
     rows, cut = [], 0
     for shard in sorted(data_dir.glob("shard-*.jsonl")):
         raw = shard.read_bytes()
@@ -107,18 +108,20 @@ def _read_shards(data_dir: Path) -> tuple[list[dict], int]:
             good_end += len(line)
         if good_end != len(raw):
             cut += 1
+            if not repair:
+                continue
             tmp = shard.with_suffix(".tmp")
             tmp.write_bytes(raw[:good_end])
             os.replace(tmp, shard)
     return rows, cut
 
 
-def completed_ids(out_dir: str | os.PathLike) -> set[str]:
-    """Ids of the conversations already written under `out_dir`."""
+def completed_ids(out_dir: str | os.PathLike, repair: bool = False) -> set[str]:
+    """Ids of the conversations already written under `out_dir` (`repair` cuts truncated last lines)."""
     data_dir = Path(out_dir) / DATA_SUBDIR
     if not data_dir.is_dir():
         return set()
-    rows, _ = _read_shards(data_dir)
+    rows, _ = _read_shards(data_dir, repair=repair)
     return {row["id"] for row in rows}
 
 
@@ -163,7 +166,7 @@ def regenerate(
     out_dir = Path(out_dir)
     data_dir = out_dir / DATA_SUBDIR
     data_dir.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_dir)
+    done = completed_ids(out_dir, repair=True)
     pending = [p for p in prompts if p["id"] not in done]
     stats = {"done": 0, "skipped": len(prompts) - len(pending), "new_tokens": 0, "seconds": 0.0, "too_long": 0}
     if not pending:
@@ -248,11 +251,13 @@ def load_training_dataset(path: str | os.PathLike):
 
     path = Path(path)
     if path.is_dir() and (path / DATA_SUBDIR).is_dir():
-        _, cut = _read_shards(path / DATA_SUBDIR)
-        files = sorted(str(f) for f in (path / DATA_SUBDIR).glob("shard-*.jsonl") if f.stat().st_size)
-        if not files:
+        rows, cut = _read_shards(path / DATA_SUBDIR)
+        if cut:
+            logger.warning("%s: skipped a truncated last line in %d shard(s) (an interrupted prepare-data).", path, cut)
+        if not rows:
             raise ValueError(f"`dataset_path` {path} holds no conversations yet; run `slimspec prepare-data` first.")
-        return datasets.load_dataset("json", data_files=files, split="train")
+        rows.sort(key=lambda row: row["id"])  # a fixed order, whatever order the shards were written in
+        return datasets.Dataset.from_list(rows)
     if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()):
         return datasets.load_from_disk(str(path))
     if path.is_file() and path.suffix in (".jsonl", ".json"):
