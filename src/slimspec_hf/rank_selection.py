@@ -194,6 +194,7 @@ def choose_rank(
     steps: int = 60,
     eval_fraction: float = 0.25,
     lr: float = 2e-3,
+    batch_size: int = 256,
     seed: int = 0,
 ) -> tuple[RankCandidate, list[RankCandidate]]:
     """The rank with the highest predicted speed-up, and the table behind the choice.
@@ -226,7 +227,9 @@ def choose_rank(
             raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
         if weight is not None:
             start = time.perf_counter()
-            agreement, before = adapted_agreement(weight, train_states, eval_states, rank, steps=steps, lr=lr, seed=seed)
+            agreement, before = adapted_agreement(
+                weight, train_states, eval_states, rank, steps=steps, lr=lr, batch_size=batch_size, seed=seed
+            )
             logger.info("rank %d: agreement %.3f (SVD %.3f) in %.1fs", rank, agreement, before, time.perf_counter() - start)
             rho = rho_tau_from_agreement(agreement, acceptance_rate, num_speculative_tokens)
             kept = energy(singular, rank)
@@ -351,9 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--acceptance-rate", type=float, default=DEFAULT_ACCEPTANCE_RATE,
                    help="α_full assumed when --tau-full is not given")
     p.add_argument("--num-speculative-tokens", "-k", type=int, default=6)
-    p.add_argument("--num-positions", type=int, default=1536, help="cached hidden states for the fit")
-    p.add_argument("--num-prompts", type=int, default=24)
-    p.add_argument("--steps", type=int, default=60, help="fit steps per rank")
+    p.add_argument("--num-positions", type=int, default=1024, help="cached hidden states for the fit")
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="target answer length per prompt (positions)")
+    p.add_argument("--steps", type=int, default=30, help="fit steps per rank")
+    p.add_argument("--batch-size", type=int, default=128, help="positions per fit step")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the table as JSON here")
     return p
@@ -361,8 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     k = args.num_speculative_tokens
     alpha = args.acceptance_rate
     if args.tau_full is not None:
@@ -395,11 +403,13 @@ def main(argv: list[str] | None = None) -> int:
             kappa_info = measure_kappa(target, k)
             kappa = kappa_info["kappa"]
         nu_by_rank = measure_nu(d, vocab, ranks, args.nu)
-        states = collect_head_inputs(target, tokenizer, _training_prompts(args.num_prompts), args.num_positions)
+        states = collect_head_inputs(
+            target, tokenizer, _training_prompts(args.num_prompts), args.num_positions, args.max_new_tokens
+        )
         logger.info("κ, ν and %d hidden states in %.1fs", states.shape[0], time.perf_counter() - start)
         best, rows = choose_rank(
             ranks, nu_by_rank, kappa, weight=weight, hidden_states=states, acceptance_rate=alpha,
-            num_speculative_tokens=k, steps=args.steps, seed=args.seed,
+            num_speculative_tokens=k, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
         )
         source = f"τ_full = {args.tau_full} measured" if args.tau_full is not None else "ASSUMED"
         print(
