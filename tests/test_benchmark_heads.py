@@ -59,15 +59,21 @@ def test_bench_head_runs_end_to_end_and_prints_its_table(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "MAC limit" in printed and "of limit" in printed
     table_rows = [line for line in printed.splitlines() if line.startswith("tiny ")]
-    # 2 dtypes × 2 batches × 3 heads × 2 layouts, printed once while running and once in the summary
-    assert len(table_rows) == 2 * 24
+    # 2 dtypes × 2 batches × 3 heads × 2 layouts, plus the 3 bf16 "no oneDNN" heads at batch 1; printed once
+    # while running and once in the summary
+    assert len(table_rows) == 2 * 27
     payload = json.loads(out.read_text())
     assert payload["command"].startswith("slimspec bench-head --shapes tiny=32,256")
     rows = payload["measurements"]
-    assert len(rows) == 24
-    assert {(m["head"], m["layout"]) for m in rows} == {
-        (head, layout) for head in ("full", "low-rank", "trimmed") for layout in ("as stored", "T-layout")
-    }
+    assert len(rows) == 27
+    for dtype, batch_size, layouts in (
+        ("float32", 1, ("as stored", "T-layout")),
+        ("float32", 16, ("as stored", "T-layout")),
+        ("bfloat16", 1, ("as stored", "T-layout", "no oneDNN")),
+        ("bfloat16", 16, ("as stored", "T-layout")),  # ATen's bf16 GEMM is only timed at small batches
+    ):
+        cell = {(m["head"], m["layout"]) for m in rows if m["dtype"] == dtype and m["batch_size"] == batch_size}
+        assert cell == {(head, layout) for head in ("full", "low-rank", "trimmed") for layout in layouts}
     for m in rows:
         assert m["rounds"] == (3 if m["batch_size"] == 1 else 2) == len(m["times_ms"])
         assert m["p25_ms"] <= m["median_ms"] <= m["p75_ms"] and m["median_ms"] > 0

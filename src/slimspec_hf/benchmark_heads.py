@@ -167,6 +167,22 @@ def _scatter_full(compact: torch.Tensor, token_ids: torch.Tensor, vocab_size: in
     return logits.index_copy_(-1, token_ids, compact)
 
 
+NO_ONEDNN = "no oneDNN"  # row-major weight, bf16 matmul with oneDNN disabled (ATen's own kernel)
+NO_ONEDNN_MAX_BATCH = 8
+
+
+def _without_onednn(function: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def call(hidden_states: torch.Tensor) -> torch.Tensor:
+        enabled = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+        try:
+            return function(hidden_states)
+        finally:
+            torch.backends.mkldnn.enabled = enabled
+
+    return call
+
+
 def build_heads(
     hidden_size: int,
     vocab_size: int,
@@ -176,7 +192,7 @@ def build_heads(
     seed: int = 0,
     model_head: bool = False,
 ) -> dict[tuple[str, str], Callable[[torch.Tensor], torch.Tensor]]:
-    """{(head, layout): h -> full-V logits} for one shape and dtype. Holds every weight of the shape once per
+    """{(head, layout): h -> full-V logits} for one shape and dtype (bf16 adds the "no oneDNN" layout). Holds every weight of the shape once per
     layout (for Llama-3.1-8B in fp32: 2 × 2.1 GB full, 2 × 0.5 GB trimmed, 2 × 0.26 GB low-rank).
 
     With `model_head`, also `modeling_slimspec.LowRankHead` as the model builds it ("as stored") and with its
@@ -199,6 +215,11 @@ def build_heads(
         ("trimmed", "as stored"): lambda h: _scatter_full(F.linear(h, trimmed), token_ids, V),
         ("trimmed", "T-layout"): lambda h: _scatter_full(F.linear(h, trimmed_t), token_ids, V),
     }
+    if dtype == torch.bfloat16:
+        # bf16 matmuls go to oneDNN by default; at batch 1 ATen's own bf16 GEMV (fp32 accumulation) streams the
+        # row-major weight about twice as fast on this CPU. Only timed at small batches (see `measure_cell`).
+        for head in ("full", "low-rank", "trimmed"):
+            heads[(head, NO_ONEDNN)] = _without_onednn(heads[(head, "as stored")])
     if model_head:  # the package's own LowRankHead module, before and after storing `up.weight` column-major
         from .modeling_slimspec import LowRankHead
 
@@ -272,6 +293,8 @@ def measure_cell(
 ) -> list[Measurement]:
     dtype = DTYPES[dtype_name]
     inputs = torch.randn(batch_size, hidden_size, generator=torch.Generator().manual_seed(batch_size)).to(dtype)
+    if batch_size > NO_ONEDNN_MAX_BATCH:  # ATen's bf16 GEMM fallback is far slower than oneDNN's at batch 64
+        heads = {key: fn for key, fn in heads.items() if key[1] != NO_ONEDNN}
     times = time_interleaved(heads, inputs, rounds, warmup, flush)
     medians = {key: statistics.median(ts) for key, ts in times.items()}
     best_full = min((key for key in times if key[0] == "full"), key=medians.__getitem__)
