@@ -17,7 +17,9 @@ times. Each head is timed in two memory layouts of the same weight:
 On this CPU (MKL / oneDNN, AVX-512) the T-layout is what lets the low-rank head reach its MAC limit at batch 1:
 `F.linear(z, W_up)` with a row-major V×r `W_up` reads V rows of only r (64–512) numbers each, which MKL's GEMV
 does at a fraction of the memory bandwidth; `z @ W_up_T` with W_up_T (r×V) contiguous streams r long rows and
-runs at full bandwidth. See `fast_low_rank_logits` and docs/head_benchmark.md for the numbers.
+runs at full bandwidth. See `fast_low_rank_logits` and docs/head_benchmark.md for the numbers. bf16 cells at
+batch <= 8 also time the row-major weight with oneDNN switched off ("no oneDNN"): ATen's own bf16 GEMV is the
+fastest bf16 path at batch 1 here, for the full head as well as the low-rank one.
 
 Timing: all variants of one (shape, dtype, batch) cell are measured in interleaved rounds (the order rotates each
 round), after warm-up, with `time.perf_counter` around a single call under `torch.inference_mode()`. Medians are
