@@ -10,6 +10,10 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SLIMSPEC_DATA", REPO_ROOT.parent / "shared" / "data"))
 
+# Tiny-model tests are dominated by per-op overhead: OpenMP threads only spin (30–50x slower when the two
+# cores are shared), so tests run single-threaded unless SLIMSPEC_TEST_THREADS says otherwise.
+torch.set_num_threads(int(os.environ.get("SLIMSPEC_TEST_THREADS", "1")))
+
 
 def tiny_target_config(**overrides):
     from transformers import LlamaConfig

@@ -35,6 +35,7 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
             `"target"` (the target's own frozen LM head).
         head_rank (`int`): rank r of the low-rank head, default `hidden_size // 8`.
         draft_vocab_size (`int`): number K of kept tokens of the trimmed head.
+        norm_before_residual (`bool`): take the layer's residual after `hidden_norm` (speculators variant).
         num_speculative_tokens (`int`): tokens drafted per round (k).
         target_model_name_or_path (`str`): the target the drafter was trained for.
     """
@@ -64,6 +65,8 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
     head_type: str = "low_rank"
     head_rank: int | None = None
     draft_vocab_size: int | None = None
+    # layer variant: residual taken after `hidden_norm` (vLLM speculators' norm_before_residual=True)
+    norm_before_residual: bool = False
     # drafting
     num_speculative_tokens: int = 6
 

@@ -43,6 +43,19 @@ class LowRankHead(nn.Module):
         super().__init__()
         self.down = nn.Linear(hidden_size, rank, bias=False)
         self.up = nn.Linear(rank, vocab_size, bias=False)
+        self.store_up_column_major()
+
+    @torch.no_grad()
+    def store_up_column_major(self) -> None:
+        """Keeps W_up (V×r) in column-major memory order (same values, names and checkpoint).
+
+        `F.linear` then runs (…, r) @ (r, V), streaming the weight at memory bandwidth; with the row-major
+        layout each logit is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC limit at batch 1
+        (docs/head_benchmark.md: 0.32–0.48 → 0.80–1.17 of the limit on the paper's shapes, fp32).
+        """
+        weight = self.up.weight
+        if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
+            weight.data = weight.data.t().contiguous().t()
 
     @property
     def rank(self) -> int:
@@ -300,12 +313,18 @@ class SlimSpecDrafterLayer(nn.Module):
         self.self_attn = SlimSpecDrafterAttention(config)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = SlimSpecDrafterMLP(config)
+        self.norm_before_residual = bool(config.norm_before_residual)
 
     def attention_input(self, inputs_embeds: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B,T,2d)
 
     def finish(self, hidden_states: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
-        """Residual + MLP after attention; returns the layer's (pre-final-norm) output."""
+        """Residual + MLP after attention; returns the layer's (pre-final-norm) output.
+
+        The residual is the fed hidden state itself, or its normed version with `norm_before_residual`
+        (the vLLM speculators variant)."""
+        if self.norm_before_residual:
+            hidden_states = self.hidden_norm(hidden_states)
         hidden_states = hidden_states + attn_out
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
@@ -396,6 +415,20 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             self.lm_head.set_target_head(target.get_output_embeddings())
         return self
 
+    def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
+        """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
+
+        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`.
+        """
+        if input_ids is not None and input_ids.shape[0] != 1:
+            raise ValueError(
+                f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
+                f"{input_ids.shape[0]}. Call `generate` once per prompt."
+            )
+        explicit = getattr(generation_config, "_slimspec_explicit_k", True)
+        k = generation_config.num_assistant_tokens if explicit else None
+        return SlimSpecCandidateGenerator(self, target, generation_config, logits_processor, num_speculative_tokens=k)
+
     def tie_weights(self, *args, **kwargs):
         return  # nothing to tie: the embedding is borrowed, the head is the drafter's own
 
@@ -405,7 +438,10 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         if os.path.isdir(str(pretrained_model_name_or_path)):
             check_safetensors_checkpoint(str(pretrained_model_name_or_path))
         kwargs.setdefault("use_safetensors", True)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        if isinstance(getattr(model, "lm_head", None), LowRankHead):
+            model.lm_head.store_up_column_major()  # loading materialises weights row-major
+        return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Like `PreTrainedModel.save_pretrained`, but files are written to a temporary folder first and then
@@ -812,7 +848,7 @@ def install_generation_hook() -> None:
     def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor,
                                  model_kwargs, assistant_model=None, *args, **kwargs):
         if assistant_model is not None and _is_slimspec_drafter(assistant_model):
-            return assistant_model.make_candidate_generator(self, generation_config, logits_processor)
+            return assistant_model.make_candidate_generator(self, generation_config, logits_processor, input_ids)
         return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
                         assistant_model, *args, **kwargs)
 
@@ -836,13 +872,6 @@ def install_generation_hook() -> None:
     GenerationMixin._prepare_generation_config = _prepare_generation_config
 
 
-def _make_candidate_generator(self, target, generation_config, logits_processor=None) -> SlimSpecCandidateGenerator:
-    # `num_assistant_tokens` passed to generate() overrides the drafter's num_speculative_tokens.
-    k = generation_config.num_assistant_tokens if getattr(generation_config, "_slimspec_explicit_k", True) else None
-    return SlimSpecCandidateGenerator(self, target, generation_config, logits_processor, num_speculative_tokens=k)
-
-
-SlimSpecDrafterForCausalLM.make_candidate_generator = _make_candidate_generator
 
 install_generation_hook()
 
