@@ -188,6 +188,23 @@ def _ref_cfg(cfg):
     return cfg.get("transformer_layer_config", cfg)
 
 
+def assert_two_steps_match(drafter, sd, cfg, target, layer_ids, token_ids, norm_before_residual):
+    """Step 1 from target features, step 2 fed each model's own pre-norm output: logits agree (−inf included)."""
+    fmt = "speculators" if "transformer_layer_config" in cfg else "eagle"
+    ids, feats, emb = features(target, layer_ids)
+    V = target.config.vocab_size
+    with torch.no_grad():
+        out = drafter(input_ids=ids, hidden_states=feats)
+        out2 = drafter(input_ids=ids, hidden_states=out.hidden_states)
+        ref, ref_h = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, feats, token_ids, V, norm_before_residual)
+        ref2, _ = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, ref_h, token_ids, V, norm_before_residual)
+    for ours, theirs in ((out.logits, ref), (out2.logits, ref2)):
+        assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+        finite = torch.isfinite(theirs)
+        torch.testing.assert_close(ours[finite], theirs[finite], atol=ATOL, rtol=0)
+    return ref
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Convert: exactness
 # ---------------------------------------------------------------------------------------------------------------
@@ -235,6 +252,31 @@ def test_speculators_full_vocab_reproduces_source_and_drops_matching_embedding(t
         logits = drafter(input_ids=ids, hidden_states=feats).logits
         ref, _ = reference_eagle3(sd, "layers.0.", _ref_cfg(cfg), emb, feats, token_ids, target.config.vocab_size)
     torch.testing.assert_close(logits, ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("draft_vocab_size, head_type", [(None, "full"), (40, "trimmed")])
+def test_speculators_norm_before_residual_reproduces_source(tmp_path, target, draft_vocab_size, head_type):
+    src, cfg, sd, token_ids = speculators_checkpoint(
+        tmp_path, target, draft_vocab_size=draft_vocab_size, norm_before_residual=True
+    )
+    drafter = convert_eagle3(src, target, head_type=head_type)
+    assert drafter.config.norm_before_residual is True
+    ref = assert_two_steps_match(drafter, sd, cfg, target, [1, 3, 6], token_ids, norm_before_residual=True)
+    # the flag changes the forward: the residual-on-h reference is far from what the drafter reproduces
+    ids, feats, emb = features(target, [1, 3, 6])
+    other, _ = reference_eagle3(sd, "layers.0.", _ref_cfg(cfg), emb, feats, token_ids, target.config.vocab_size)
+    finite = torch.isfinite(ref)
+    assert (other[finite] - ref[finite]).abs().max() > 100 * ATOL
+
+
+def test_eagle_and_speculators_false_keep_residual_on_h(tmp_path, target):
+    src, *_ = eagle_checkpoint(tmp_path, target)
+    assert convert_eagle3(src, target, head_type="trimmed").config.norm_before_residual is False
+    with pytest.raises(ValueError, match="SafeAILab.*drop the override"):
+        convert_eagle3(src, target, head_type="trimmed", norm_before_residual=True)
+    assert convert_eagle3(src, target, head_type="trimmed", norm_before_residual=False).config.norm_before_residual is False
+    src, *_ = speculators_checkpoint(tmp_path, target)  # norm_before_residual: false
+    assert convert_eagle3(src, target, head_type="full").config.norm_before_residual is False
 
 
 def test_low_rank_head_error_is_the_optimal_rank_r_error(tmp_path, target):
@@ -366,7 +408,6 @@ def test_unknown_format(tmp_path, target):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        ({"norm_before_residual": True}, "`norm_before_residual` is true"),
         ({"fc_norm": True}, "`fc_norm` is true"),
         ({"norm_before_fc": True}, "`norm_before_fc` is true"),
         ({"norm_output": True}, "`norm_output` is true"),
@@ -379,10 +420,31 @@ def test_unmappable_speculators_flags(tmp_path, target, edit, message):
 
 
 def test_missing_norm_before_residual_is_ambiguous(tmp_path, target):
-    src, cfg, sd, _ = speculators_checkpoint(tmp_path, target)
+    src, cfg, sd, token_ids = speculators_checkpoint(tmp_path, target)
     del cfg["norm_before_residual"]
     write_checkpoint(src, cfg, sd)
-    with pytest.raises(ValueError, match="no `norm_before_residual`.*vLLM reads a missing value as true"):
+    with pytest.raises(ValueError, match="no `norm_before_residual`.*vLLM reads a missing value as true.*--norm-before"):
+        read_eagle3_checkpoint(src)
+    with pytest.raises(ValueError, match="no `norm_before_residual`"):
+        convert_eagle3(src, target, head_type="full")
+    # an explicit override settles it, either way
+    for value in (True, False):
+        drafter = convert_eagle3(src, target, head_type="full", norm_before_residual=value)
+        assert drafter.config.norm_before_residual is value
+        assert_two_steps_match(drafter, sd, cfg, target, [1, 3, 6], token_ids, norm_before_residual=value)
+    ckpt = read_eagle3_checkpoint(src, norm_before_residual=True)
+    assert ckpt.norm_before_residual is True and "override" in ckpt.norm_before_residual_origin
+
+
+def test_norm_before_residual_override_and_bad_values(tmp_path, target):
+    src, cfg, sd, token_ids = speculators_checkpoint(tmp_path, target, norm_before_residual=True)
+    drafter = convert_eagle3(read_eagle3_checkpoint(src), target, head_type="full", norm_before_residual=False)
+    assert drafter.config.norm_before_residual is False  # the override wins over the config
+    assert_two_steps_match(drafter, sd, cfg, target, [1, 3, 6], token_ids, norm_before_residual=False)
+    with pytest.raises(TypeError, match="must be a bool or None, got 'true'"):
+        read_eagle3_checkpoint(src, norm_before_residual="true")
+    _edit(src, config={"norm_before_residual": "yes"})
+    with pytest.raises(ValueError, match="`norm_before_residual` in the speculators config is 'yes'"):
         read_eagle3_checkpoint(src)
 
 
@@ -470,6 +532,24 @@ def test_export_round_trip_low_rank(tmp_path, target):
     torch.testing.assert_close(b2, a2, atol=ATOL, rtol=0)
 
 
+def test_export_round_trip_norm_before_residual(tmp_path, target):
+    src, *_ = speculators_checkpoint(tmp_path, target, norm_before_residual=True)
+    drafter = convert_eagle3(src, target, rank=6)
+    assert drafter.config.norm_before_residual is True
+    out = export_speculators(drafter, tmp_path / "export")
+    assert json.loads((out / "config.json").read_text())["norm_before_residual"] is True
+    back = convert_eagle3(out, target, head_type="full")
+    assert back.config.norm_before_residual is True
+    ids, feats, _ = features(target, [1, 3, 6])
+    with torch.no_grad():
+        a = drafter(input_ids=ids, hidden_states=feats)
+        b = back(input_ids=ids, hidden_states=feats)
+        a2 = drafter(input_ids=ids, hidden_states=a.hidden_states).logits
+        b2 = back(input_ids=ids, hidden_states=b.hidden_states).logits
+    torch.testing.assert_close(b.logits, a.logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(b2, a2, atol=ATOL, rtol=0)
+
+
 def test_export_round_trip_trimmed(tmp_path, target):
     src, *_ = eagle_checkpoint(tmp_path, target)
     drafter = convert_eagle3(src, target, head_type="trimmed")
@@ -520,6 +600,21 @@ def test_cli_convert_then_export(tmp_path, target, capsys):
     assert drafter.config.head_type == "low_rank" and drafter.config.head_rank == 4
     assert main_export(["--to", "speculators", str(out), str(tmp_path / "spec")]) == 0
     assert (tmp_path / "spec" / "model.safetensors").is_file()
+
+
+def test_cli_norm_before_residual_override(tmp_path, target, capsys):
+    target.save_pretrained(tmp_path / "target")
+    src, cfg, sd, _ = speculators_checkpoint(tmp_path, target)
+    del cfg["norm_before_residual"]
+    write_checkpoint(src, cfg, sd)
+    args = ["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(tmp_path / "slim")]
+    assert main_convert(args) == 1
+    assert "--norm-before-residual" in capsys.readouterr().err
+    assert main_convert(args + ["--norm-before-residual", "true", "--head", "full"]) == 0
+    assert "norm_before_residual: true (--norm-before-residual override)" in capsys.readouterr().out
+    assert SlimSpecDrafterForCausalLM.from_pretrained(tmp_path / "slim").config.norm_before_residual is True
+    assert main_export(["--to", "speculators", str(tmp_path / "slim"), str(tmp_path / "spec")]) == 0
+    assert json.loads((tmp_path / "spec" / "config.json").read_text())["norm_before_residual"] is True
 
 
 def test_cli_reports_errors(tmp_path, target, capsys):

@@ -13,7 +13,7 @@ Conventions, and where the formats differ (every row is checked below; what cann
 |---|---|---|---|
 | target layers | not stored: inputs of decoder layers {2, L//2, L-3}; SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids` name layer *outputs* (SGLang captures layer id+1) | `eagle_aux_hidden_state_layer_ids`: inputs of decoder layers (vLLM appends `hidden_states + residual` before layer i); id L is the pre-norm last output | indices into HF `outputs.hidden_states` (0 = embeddings, i = input of layer i; HF's index L is post-norm) |
 | attention input | `cat([norm(emb), norm(h)])` | same | same |
-| residual | the fused state h | h if `norm_before_residual` is false; `hidden_norm(h)` if true (vLLM reads a missing value as true) | h |
+| residual | the fused state h | h if `norm_before_residual` is false; `hidden_norm(h)` if true (vLLM reads a missing value as true) | h, or `hidden_norm(h)` with `norm_before_residual` |
 | fc input | raw `cat(h_a, h_b, h_c)` | `norm_before_fc` / `fc_norm` put RMSNorms in front of `fc` | raw |
 | state fed back | the layer's pre-norm output | same, unless `norm_output` (post-norm) | pre-norm |
 | embedding | the target's, not stored | optional `embed_tokens.weight` | the target's, never stored |
@@ -22,13 +22,13 @@ Conventions, and where the formats differ (every row is checked below; what cann
 
 import argparse
 import copy
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -64,14 +64,15 @@ SPECULATORS_VERIFIER_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclasses.dataclass
 class Eagle3Checkpoint:
     """An EAGLE-3 drafter read from disk, with its weights renamed to SlimSpec names.
 
     `backbone` holds `fc.weight`, `layer.*` and `norm.weight`; the head is kept apart as `lm_head` (K×d) with
     `draft_token_ids` (K,), the full-vocabulary id of each head row (target id = draft id + d2t[draft id]).
     `target_layer_ids` are already in SlimSpec's indexing (into `outputs.hidden_states`), or None for EAGLE-3's
-    default {2, L//2, L-3} of the target.
+    default {2, L//2, L-3} of the target. `norm_before_residual` is the layer variant whose residual is taken after
+    `hidden_norm` (speculators only; SafeAILab layers always add the un-normed state).
     """
 
     format: str
@@ -85,6 +86,8 @@ class Eagle3Checkpoint:
     embed_tokens: torch.Tensor | None
     target_layer_ids: list[int] | None
     layer_ids_origin: str
+    norm_before_residual: bool = False
+    norm_before_residual_origin: str = "SafeAILab layer: residual is the fused state"
 
     @property
     def draft_vocab_size(self) -> int:
@@ -133,18 +136,64 @@ def load_safetensors_folder(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def read_eagle3_checkpoint(path: str | os.PathLike) -> Eagle3Checkpoint:
-    """Reads a SafeAILab or speculators EAGLE-3 checkpoint folder (config.json + safetensors)."""
+def read_eagle3_checkpoint(path: str | os.PathLike, *, norm_before_residual: bool | None = None) -> Eagle3Checkpoint:
+    """Reads a SafeAILab or speculators EAGLE-3 checkpoint folder (config.json + safetensors).
+
+    `norm_before_residual` overrides the speculators config's value (needed when the key is missing, which vLLM
+    and the speculators library read differently); None keeps the checkpoint's.
+    """
     folder = Path(path)
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"No config.json in {str(folder)!r}; pass the folder of an EAGLE-3 drafter.")
     config = json.loads(config_file.read_text())
     fmt = detect_format(config)
+    # Checked before the weights are read: the config alone decides whether the layer is mappable.
+    residual = resolve_norm_before_residual(fmt, config, norm_before_residual)
+    if fmt == "speculators":
+        _check_speculators_config(config)
     tensors = load_safetensors_folder(folder)
+    read = _read_eagle if fmt == "eagle" else _read_speculators
+    ckpt = read(str(folder), config, tensors)
+    return dataclasses.replace(ckpt, norm_before_residual=residual[0], norm_before_residual_origin=residual[1])
+
+
+def resolve_norm_before_residual(fmt: str, config: dict, override: bool | None = None) -> tuple[bool, str]:
+    """The drafter layer's `norm_before_residual` and where it came from.
+
+    SafeAILab layers add the un-normed fused state: always false (an override of true is refused). A speculators
+    config must state the value — vLLM reads a missing key as true, the speculators library as false — unless
+    `override` settles it.
+    """
+    if override is not None and not isinstance(override, bool):
+        raise TypeError(f"`norm_before_residual` must be a bool or None, got {override!r}.")
     if fmt == "eagle":
-        return _read_eagle(str(folder), config, tensors)
-    return _read_speculators(str(folder), config, tensors)
+        if override:
+            raise ValueError(
+                "`norm_before_residual=True` was passed for a SafeAILab EAGLE-3 checkpoint, whose layer always adds "
+                "the un-normed fused state as its residual; drop the override (--norm-before-residual)."
+            )
+        return False, "SafeAILab layer: residual is the fused state"
+    stored = config.get("norm_before_residual")
+    if stored is not None and not isinstance(stored, bool):
+        raise ValueError(
+            f"`norm_before_residual` in the speculators config is {stored!r}; it must be true or false (JSON booleans)."
+        )
+    if override is not None:
+        if stored is not None and stored != override:
+            logger.warning(
+                "The speculators config says `norm_before_residual: %s`; using the override %s instead.",
+                str(stored).lower(), str(override).lower(),
+            )
+        return override, "--norm-before-residual override"
+    if stored is None:
+        raise ValueError(
+            "The speculators config has no `norm_before_residual`: vLLM reads a missing value as true (residual = "
+            "hidden_norm(h)), the speculators library as false (residual = h), so the drafter's forward is "
+            "ambiguous. Pass --norm-before-residual true|false (Python: norm_before_residual=...), or add "
+            "`\"norm_before_residual\": false` (or true) to its config.json, whichever it was trained with."
+        )
+    return stored, "config.json"
 
 
 def _read_eagle(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
@@ -173,24 +222,12 @@ def _read_eagle(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
     )
 
 
-def _read_speculators(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
+def _check_speculators_config(config: dict) -> None:
+    """Refuses speculators layer variants that the SlimSpec layer cannot represent."""
     layer_config = config.get("transformer_layer_config")
     if not isinstance(layer_config, dict):
         raise ValueError(
             f"`transformer_layer_config` must be a dict in a speculators config, got {type(layer_config).__name__}."
-        )
-    if "norm_before_residual" not in config:
-        raise ValueError(
-            "The speculators config has no `norm_before_residual`: vLLM reads a missing value as true (residual = "
-            "hidden_norm(h)), the speculators library as false (residual = h), so the drafter's forward is "
-            "ambiguous. Add `\"norm_before_residual\": false` (or true) to its config.json, whichever it was "
-            "trained with."
-        )
-    if config["norm_before_residual"]:
-        raise ValueError(
-            "`norm_before_residual` is true: this drafter takes its residual after `hidden_norm`, which the SlimSpec "
-            "layer cannot represent yet (its residual is the un-normed fused state). It cannot be converted "
-            "faithfully; see docs/interop.md."
         )
     for key, meaning in (
         ("norm_before_fc", "an RMSNorm over cat(h_a, h_b, h_c) before `fc`"),
@@ -222,6 +259,10 @@ def _read_speculators(path: str, config: dict, tensors: dict) -> Eagle3Checkpoin
     sliding = [t for t in (layer_config.get("layer_types") or []) if t != "full_attention"]
     if sliding:
         raise ValueError(f"`transformer_layer_config.layer_types` has {sliding}; the SlimSpec layer attends fully.")
+
+
+def _read_speculators(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
+    layer_config = config["transformer_layer_config"]
     tensors = {k: v for k, v in tensors.items() if k not in SPECULATORS_VERIFIER_KEYS}
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     ids = [int(i) for i in ids] if ids else None
@@ -422,6 +463,7 @@ def convert_eagle3(
     rank: int | None = None,
     head_init: str = "svd",
     layer_ids: list[int] | None = None,
+    norm_before_residual: bool | None = None,
 ) -> SlimSpecDrafterForCausalLM:
     """A SlimSpec drafter (fp32, eval mode, attached to `target`) from an EAGLE-3 checkpoint.
 
@@ -434,12 +476,20 @@ def convert_eagle3(
         rank: head rank for `"low_rank"` (default hidden_size // 8).
         head_init: `"svd"` (truncated SVD of the expanded head) or `"random"` (to train the head from scratch).
         layer_ids: override of the target layers (indices into `outputs.hidden_states`).
+        norm_before_residual: override of the speculators layer variant (residual after `hidden_norm`); needed
+            when the config lacks the key. None keeps the checkpoint's value (always false for SafeAILab).
     """
     if head_type not in CONVERT_HEAD_TYPES:
         raise ValueError(f"`head_type` must be one of {list(CONVERT_HEAD_TYPES)}, got {head_type!r}.")
     if head_init not in HEAD_INITS:
         raise ValueError(f"`head_init` must be one of {list(HEAD_INITS)}, got {head_init!r}.")
-    ckpt = source if isinstance(source, Eagle3Checkpoint) else read_eagle3_checkpoint(source)
+    if isinstance(source, Eagle3Checkpoint):
+        ckpt = source
+        if norm_before_residual is not None:
+            value, origin = resolve_norm_before_residual(ckpt.format, ckpt.config, norm_before_residual)
+            ckpt = dataclasses.replace(ckpt, norm_before_residual=value, norm_before_residual_origin=origin)
+    else:
+        ckpt = read_eagle3_checkpoint(source, norm_before_residual=norm_before_residual)
     tcfg = target.config.get_text_config()
     if ckpt.vocab_size is not None and ckpt.vocab_size != tcfg.vocab_size:
         raise ValueError(
@@ -449,6 +499,7 @@ def convert_eagle3(
     overrides = _layer_hyperparameters(ckpt)
     overrides["target_layer_ids"] = resolve_target_layer_ids(ckpt, tcfg.num_hidden_layers, layer_ids)
     overrides["head_type"] = head_type
+    overrides["norm_before_residual"] = bool(ckpt.norm_before_residual)
     if head_type == "low_rank" and rank is not None:
         overrides["head_rank"] = int(rank)
     if head_type == "trimmed":
@@ -632,8 +683,8 @@ def speculators_config(drafter: SlimSpecDrafterForCausalLM, draft_vocab_size: in
         },
         "transformer_layer_config": layer_config,
         "draft_vocab_size": int(draft_vocab_size),
-        # Written explicitly: vLLM reads a missing value as true, which is not the SlimSpec layer.
-        "norm_before_residual": False,
+        # Always written: vLLM reads a missing value as true, the speculators library as false.
+        "norm_before_residual": bool(cfg.norm_before_residual),
         "norm_before_fc": False,
         "fc_norm": False,
         "norm_output": False,
@@ -720,17 +771,22 @@ def main_convert(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-init", choices=HEAD_INITS, default="svd", help="low-rank head init (default svd)")
     parser.add_argument("--layer-ids", type=int, nargs=3, default=None,
                         help="target layers as indices into hidden_states (overrides the checkpoint)")
+    parser.add_argument("--norm-before-residual", choices=["true", "false"], default=None,
+                        help="speculators layer variant (residual after hidden_norm); overrides the config, and is "
+                        "required when the config lacks `norm_before_residual`")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="dtype of the saved drafter")
     args = parser.parse_args(argv)
+    residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
     try:
         target = _load_target_model(args.target)
-        ckpt = read_eagle3_checkpoint(args.src)
+        ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
         drafter = convert_eagle3(
             ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
         )
         summary = [
             f"source format: {ckpt.format} ({ckpt.path})",
             f"target layers (hidden_states indices): {drafter.config.target_layer_ids} from {ckpt.layer_ids_origin}",
+            f"norm_before_residual: {str(ckpt.norm_before_residual).lower()} ({ckpt.norm_before_residual_origin})",
             f"draft vocabulary: {ckpt.draft_vocab_size} of {drafter.config.vocab_size} tokens",
             f"head: {args.head}" + (f", rank {drafter.config.head_rank}" if args.head == "low_rank" else ""),
         ]
@@ -775,6 +831,7 @@ __all__ = [
     "detect_format",
     "load_safetensors_folder",
     "read_eagle3_checkpoint",
+    "resolve_norm_before_residual",
     "resolve_target_layer_ids",
     "expand_draft_head",
     "full_vocab_head",
