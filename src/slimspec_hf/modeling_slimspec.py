@@ -427,7 +427,9 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             )
         explicit = getattr(generation_config, "_slimspec_explicit_k", True)
         k = generation_config.num_assistant_tokens if explicit else None
-        return SlimSpecCandidateGenerator(self, target, generation_config, logits_processor, num_speculative_tokens=k)
+        return SlimSpecCandidateGenerator(
+            self, target, generation_config, logits_processor, num_speculative_tokens=k, validate=False
+        )
 
     def tie_weights(self, *args, **kwargs):
         return  # nothing to tie: the embedding is borrowed, the head is the drafter's own
@@ -682,8 +684,10 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         generation_config,
         logits_processor=None,
         num_speculative_tokens: int | None = None,
+        validate: bool = True,
     ):
-        validate_pairing(drafter, target)
+        if validate:  # generate() validated the pairing already (see install_generation_hook)
+            validate_pairing(drafter, target)
         self.drafter = drafter.attach_target(target)
         self.layer_ids = list(drafter.config.target_layer_ids)
         self.model_kwargs_overrides = {"output_hidden_states": self.layer_ids}
@@ -870,6 +874,19 @@ def install_generation_hook() -> None:
 
     _prepare_generation_config.__wrapped__ = original_prepare
     GenerationMixin._prepare_generation_config = _prepare_generation_config
+
+    # Check the pairing before transformers' own assistant checks, whose vocabulary message ("different
+    # tokenizers") would point SlimSpec users the wrong way.
+    original_validate = GenerationMixin._validate_generation_mode
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        assistant = generation_mode_kwargs.get("assistant_model")
+        if assistant is not None and _is_slimspec_drafter(assistant):
+            validate_pairing(assistant, self)
+        return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
+
+    _validate_generation_mode.__wrapped__ = original_validate
+    GenerationMixin._validate_generation_mode = _validate_generation_mode
 
 
 
