@@ -19,7 +19,7 @@ from slimspec_hf import (
 )
 from slimspec_hf.modeling_slimspec import causal_mask, ttt_attention
 
-from .conftest import make_tiny_drafter, make_tiny_target
+from .conftest import make_tiny_drafter
 
 
 def _features(target, ids, layer_ids):

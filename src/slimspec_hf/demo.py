@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_embedded_drafter(args.drafter)
         trained = True
     except FileNotFoundError as err:
-        warnings.warn(f"{err}\nFalling back to an UNTRAINED drafter (SVD of the target's head): expect τ ≈ 1.")
+        warnings.warn(f"{err}\nFalling back to an UNTRAINED drafter (SVD of the target's head): expect τ ≈ 1.", stacklevel=2)
         from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 
         drafter = SlimSpecDrafterForCausalLM(SlimSpecDrafterConfig.from_target_config(target.config)).eval()
