@@ -1,4 +1,4 @@
-"""Automatic rank selection: a synthetic head with a known spectral knee, the ρτ model, the CLI paths."""
+"""Automatic rank selection: a synthetic head with a known spectral knee, the proxy fit, the ρτ model, the CLI."""
 
 import json
 
@@ -6,15 +6,20 @@ import pytest
 import torch
 
 from slimspec_hf.cost_model import speedup
+from slimspec_hf.metrics import tau_from_acceptance_rate
 from slimspec_hf.rank_selection import (
+    AdaptedHead,
     activation_aware_factors,
     assumed_rho_tau,
     choose_rank,
     default_ranks,
+    fit_proxy,
+    head_inputs_from_sequences,
     load_head_weight,
     main,
     measure_nu,
-    rho_tau_from_agreement,
+    rho_tau_from_agreements,
+    token_weights_from_logits,
 )
 
 
@@ -31,13 +36,93 @@ def test_rank_selection_picks_the_spectral_knee():
     weight, states = knee_head()
     ranks = [4, 8, 12, 16]
     nu_by_rank = measure_nu(32, 256, ranks, mode="macs")  # deterministic ν for the test
-    best, rows = choose_rank(ranks, nu_by_rank, kappa=1.0, weight=weight, hidden_states=states, steps=30)
+    best, rows, reference = choose_rank(ranks, nu_by_rank, kappa=1.0, weight=weight, hidden_states=states, steps=30)
     assert best.rank == 8
+    assert reference.agreement == 1.0  # the full head on its own inputs, φ = identity at start: exact
     by_rank = {row.rank: row for row in rows}
     assert by_rank[8].energy > 0.999 > by_rank[4].energy
     assert by_rank[4].agreement < 0.8 < by_rank[8].agreement  # below the knee the top-1 breaks
+    assert all(b.agreement >= a.agreement - 0.02 for a, b in zip(rows, rows[1:]))  # monotone in r, up to noise
     for row in rows:
+        assert row.relative_agreement == pytest.approx(row.agreement / reference.agreement)
+        assert row.agreement >= row.svd_agreement - 0.1  # held-out test positions: at most noise below the start
         assert row.predicted_speedup == pytest.approx(speedup(row.rho_tau, row.nu, 1.0))
+
+
+def test_rank_selection_with_proxy_states_fits_the_full_head_too():
+    weight, states = knee_head(d=32, vocab=128, knee=32)
+    g = torch.Generator().manual_seed(3)
+    proxy = states + 0.5 * torch.tanh(states @ torch.randn(32, 32, generator=g) / 32**0.5)  # a "lower layer"
+    ranks = [4, 16]
+    best, rows, reference = choose_rank(
+        ranks, measure_nu(32, 128, ranks, mode="macs"), kappa=1.0, weight=weight, hidden_states=states,
+        proxy_states=proxy, steps=40,
+    )
+    # the shared deficit: the full head no longer agrees everywhere at the start, and its fit recovers some of it
+    assert reference.initial_agreement < 1.0
+    assert reference.agreement >= reference.initial_agreement - 0.05
+    assert reference.validation_agreement >= reference.initial_validation_agreement
+    by_rank = {row.rank: row for row in rows}
+    assert by_rank[4].agreement < by_rank[16].agreement
+    assert by_rank[4].rho_tau < by_rank[16].rho_tau
+    with pytest.raises(ValueError, match="same positions"):
+        choose_rank(ranks, {4: 0.1, 16: 0.3}, 1.0, weight=weight, hidden_states=states, proxy_states=proxy[:10])
+
+
+def test_fit_never_returns_worse_than_its_start_on_validation():
+    weight, states = knee_head(d=32, vocab=128, knee=32)
+    logits = states @ weight.T
+    top1 = logits.argmax(-1)
+    down, up = activation_aware_factors(weight, states[:600], 12, token_weights=token_weights_from_logits(logits[:600]))
+    splits = dict(
+        train_inputs=states[:600], train_teacher_logprobs=torch.log_softmax(logits[:600], -1),
+        val_inputs=states[600:700], val_top1=top1[600:700], test_inputs=states[700:], test_top1=top1[700:],
+    )
+    # a step far too large: every checkpoint is worse, so the start comes back unchanged
+    head = AdaptedHead(down, up)
+    wild = fit_proxy(head, **splits, steps=20, lr=50.0, eval_every=1)
+    assert wild.best_step == 0
+    assert wild.validation_agreement == wild.initial_validation_agreement
+    assert wild.agreement == wild.initial_agreement
+    assert torch.equal(head.matrices[0], down) and torch.equal(head.map_out, torch.zeros(32, 32))
+    # the default step improves the rank-12 head and keeps the best validation checkpoint
+    tame = fit_proxy(AdaptedHead(down, up), **splits, steps=40)
+    assert tame.validation_agreement >= tame.initial_validation_agreement
+    assert tame.best_step > 0
+
+
+def test_token_weighted_factors_keep_more_top1_than_unweighted():
+    g = torch.Generator().manual_seed(1)
+    # a head where 16 frequent tokens carry the probability mass and 240 others compete for rank
+    weight = torch.randn(256, 32, generator=g)
+    weight[:16] *= 4.0
+    states = torch.randn(1000, 32, generator=g)
+    logits = states @ weight.T
+    top1 = logits.argmax(-1)
+    weights = token_weights_from_logits(logits[:600])
+    assert weights.shape == (256,) and weights.min() >= 1 / 256
+    agree = lambda f: float(((states[600:] @ f[0].T @ f[1].T).argmax(-1) == top1[600:]).float().mean())  # noqa: E731
+    weighted = agree(activation_aware_factors(weight, states[:600], 8, token_weights=weights))
+    plain = agree(activation_aware_factors(weight, states[:600], 8))
+    assert weighted > plain
+    with pytest.raises(ValueError, match="token_weights"):
+        activation_aware_factors(weight, states, 8, token_weights=weights[:10])
+
+
+def test_head_inputs_from_sequences_tiny_target(tiny_target):
+    sequences = [torch.randint(128, (9,)), torch.randint(128, (5,))]
+    heads, proxies = head_inputs_from_sequences(tiny_target, sequences, proxy_layers=2)
+    assert heads.shape == proxies.shape == (14, 32)
+    with torch.no_grad():
+        logits = tiny_target(input_ids=sequences[0].view(1, -1)).logits[0]
+        hidden = tiny_target(input_ids=sequences[0].view(1, -1), output_hidden_states=True).hidden_states
+    assert torch.allclose(heads[:9] @ tiny_target.lm_head.weight.T, logits, atol=1e-5)
+    # hidden_states[i] is the input of layer i: the output of layer 6 - 1 - 2 = 3 is hidden_states[4]
+    assert torch.allclose(proxies[:9], tiny_target.model.norm(hidden[4])[0], atol=1e-5)
+    same, own = head_inputs_from_sequences(tiny_target, sequences, proxy_layers=0)
+    assert torch.equal(same, own) and torch.allclose(same, heads)
+    with pytest.raises(ValueError, match="proxy_layers"):
+        head_inputs_from_sequences(tiny_target, sequences, proxy_layers=6)
 
 
 def test_activation_aware_factors_beat_the_plain_svd_under_the_data():
@@ -54,11 +139,20 @@ def test_activation_aware_factors_beat_the_plain_svd_under_the_data():
     assert err(aware_down, aware_up) < err(plain_down, plain_up)
 
 
-def test_rho_tau_from_agreement_chain_model():
-    assert rho_tau_from_agreement(1.0, 0.8, 6) == pytest.approx(1.0)
-    # α = 0.8 → τ = Σ 0.8^i, with a = 0.5 the chain breaks twice as often
-    expected = sum(0.4**i for i in range(7)) / sum(0.8**i for i in range(7))
-    assert rho_tau_from_agreement(0.5, 0.8, 6) == pytest.approx(expected)
+def test_rho_tau_from_agreements_chain_model():
+    # same agreement as the full-head proxy: ρτ = 1 whatever the shared deficit
+    assert rho_tau_from_agreements(0.6, 0.6, 6) == pytest.approx(1.0)
+    # default α_full = a_full: ρτ = τ(a) / τ(a_full)
+    assert rho_tau_from_agreements(0.4, 0.8, 6) == pytest.approx(
+        tau_from_acceptance_rate(0.4, 6) / tau_from_acceptance_rate(0.8, 6)
+    )
+    # a measured α_full = 0.9 with a/a_full = 0.5: α_r = 0.45
+    expected = sum(0.45**i for i in range(7)) / sum(0.9**i for i in range(7))
+    assert rho_tau_from_agreements(0.3, 0.6, 6, acceptance_rate=0.9) == pytest.approx(expected)
+    # a rank-r proxy above the full one (noise) caps at α = 1
+    assert rho_tau_from_agreements(0.7, 0.6, 6, acceptance_rate=0.9) == pytest.approx(7 / tau_from_acceptance_rate(0.9, 6))
+    with pytest.raises(ValueError, match="full_agreement"):
+        rho_tau_from_agreements(0.3, 0.0, 6)
 
 
 def test_assumed_rho_tau_matches_the_paper_anchors():

@@ -5,14 +5,16 @@ For each candidate r the acceptance–cost model needs ν(r) and ρτ(r):
 
 - ν(r) is measured on this machine (a random d→r→V head timed against a random dense V×d head, round-robin),
   or counted in multiply–accumulates with `--nu macs`.
-- ρτ(r) must account for adaptation. A plain rank-r SVD of the head (even the activation-aware one, SVD of
-  W·C^½ with C the second moment of the head's inputs) keeps the teacher's top-1 on few positions, yet trained
-  drafters reach ρτ ≈ 0.99 at r = d/8 because the drafter learns the hidden state its head needs. So each rank is
-  given a short fit: rank-r factors (initialised activation-aware) plus a residual d×d map φ(h) = h + W₂·silu(W₁·h)
-  in front of them, standing in for the drafter's freedom to move its state, trained on cached hidden states of
-  the target against the full head's logits (KL). The top-1 agreement a(r) on held-out positions is turned into
-  ρτ with the chain model τ(α) = Σ_{i=0..k} α^i: α(r) = α_full·a(r), ρτ(r) = τ(α(r)) / τ(α_full), where α_full is
-  the full-head drafter's per-token acceptance (from `--tau-full` when known, else an explicit assumption).
+- ρτ(r) comes from a *proxy drafter* fitted in seconds. A drafter does not see the target's final hidden state:
+  it builds its own state, and trained drafters reach ρτ ≈ 0.99 at r = d/8 because that state adapts to the head.
+  The proxy: a residual state map φ(x) = x + W₂·silu(W₁·x) (W₂ = 0 at start) applied to the target's hidden
+  state `proxy_layers` layers below the head (through the target's final norm), followed by a head. Two proxies
+  are fitted with the same map, data, steps and optimiser, by KL against the target's logits at the same
+  position: one with the full head (initialised to the target's head) and one per rank with rank-r factors
+  (initialised by a token- and activation-weighted SVD). Their top-1 agreements with the target on held-out
+  positions, a_full and a(r), share the proxy's deficit (a 1-layer map cannot do a decoder layer's work), and
+  the chain model τ(α) = Σ_{i=0..k} α^i turns them into ρτ(r) = τ(α_full·a(r)/a_full) / τ(α_full), with
+  α_full = a_full unless a measured τ of a full-head drafter is given (`--tau-full`).
 
 The predicted speed-up over the full head is ρτ·(1+κ)/(1+ν·κ) (`cost_model.speedup`), with κ measured on this
 machine from the target and a drafter of its shape, or given with `--kappa`.
@@ -39,10 +41,10 @@ from .metrics import acceptance_rate_from_tau, low_rank_head, nu_macs, tau_from_
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ACCEPTANCE_RATE = 0.8  # α_full assumed when no measured τ of a full-head drafter is given
 # Where a head and its hidden states cannot be loaded, ρτ(r) is assumed from the paper's trained Llama-3.1-8B
 # drafters (SlimSpec d/16: 0.98, d/8: 0.99) and ρτ = 1 from d/4 up, linear in log2(r/d) in between and below.
 PAPER_RHO_TAU = ((1 / 16, 0.98), (1 / 8, 0.99), (1 / 4, 1.0))
+FULL_RANK = 0  # `rank` of the full-head reference proxy in `fit_proxy`
 
 
 @dataclass
@@ -50,10 +52,24 @@ class RankCandidate:
     rank: int
     energy: float  # fraction of Σσ² kept by the first r singular values
     nu: float
-    agreement: float | None  # adapted rank-r head's top-1 agreement with the full head (held out)
-    svd_agreement: float | None  # the same for the plain activation-aware SVD, before the fit
+    agreement: float | None  # a(r): the fitted rank-r proxy's top-1 agreement with the target (test positions)
+    svd_agreement: float | None  # the same at the fit's start (weighted SVD, identity map)
+    relative_agreement: float | None  # a(r) / a_full, a_full from the full-head proxy fitted the same way
     rho_tau: float
     predicted_speedup: float
+
+
+@dataclass
+class ProxyFit:
+    """Top-1 agreement with the target of one proxy head, before and after its fit (best validation checkpoint)."""
+
+    rank: int  # FULL_RANK (0) for the full head
+    agreement: float  # test positions, at the kept checkpoint
+    initial_agreement: float  # test positions, before the fit
+    validation_agreement: float  # validation positions, at the kept checkpoint (≥ the initial one by construction)
+    initial_validation_agreement: float
+    best_step: int  # 0 when no checkpoint beat the start
+    seconds: float
 
 
 def default_ranks(hidden_size: int, vocab_size: int | None = None) -> list[int]:
@@ -73,13 +89,25 @@ def energy(singular: torch.Tensor, rank: int) -> float:
     return float(power[:rank].sum() / power.sum())
 
 
-def activation_aware_factors(weight: torch.Tensor, hidden_states: torch.Tensor, rank: int, eps: float = 1e-6):
-    """(down r×d, up V×r) minimising E‖(W − up·down)h‖² over the hidden states: SVD of W·C^½, C = E[hhᵀ].
+def activation_aware_factors(
+    weight: torch.Tensor,
+    hidden_states: torch.Tensor,
+    rank: int,
+    eps: float = 1e-6,
+    token_weights: torch.Tensor | None = None,
+):
+    """(down r×d, up V×r) minimising E‖D·(W − up·down)h‖² over the hidden states: SVD of D·W·C^½, C = E[hhᵀ].
 
-    fp32 throughout: C's small eigenvalues set the inverse square root.
+    D = diag(`token_weights`) (identity when None). With `token_weights` the head's rows are first centred
+    (W − 1·w̄ᵀ): softmax and top-1 ignore a shift shared by all logits, so no rank is spent on it. fp32
+    throughout: C's small eigenvalues set the inverse square root.
     """
     w = weight.detach().float()
     h = hidden_states.detach().float()
+    if token_weights is not None:
+        if token_weights.shape != (w.shape[0],):
+            raise ValueError(f"`token_weights` must have shape ({w.shape[0]},), got {tuple(token_weights.shape)}.")
+        w = (w - w.mean(0, keepdim=True)) * token_weights.float()[:, None]
     cov = h.T @ h / h.shape[0]  # (d, d)
     evals, evecs = torch.linalg.eigh(cov)
     evals = evals.clamp_min(eps * float(evals.max()))
@@ -88,72 +116,114 @@ def activation_aware_factors(weight: torch.Tensor, hidden_states: torch.Tensor, 
     u, s, vh = torch.linalg.svd(w @ sqrt_c, full_matrices=False)  # (V, d), (d,), (d, d)
     root = s[:rank].sqrt()
     up = u[:, :rank] * root  # (V, r)
+    if token_weights is not None:
+        up = up / token_weights.float()[:, None]
     down = (root[:, None] * vh[:rank]) @ inv_sqrt_c  # (r, d)
     return down, up
 
 
-class AdaptedLowRankHead(nn.Module):
-    """up·down·φ(h), φ(h) = h + W₂·silu(W₁·h) with W₂ = 0 at start: the rank-r head plus a learnable state map."""
+def token_weights_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Mean next-token probability of each vocabulary entry over positions, plus 1/V: the rows top-1 depends on."""
+    return F.softmax(logits.float(), dim=-1).mean(0) + 1.0 / logits.shape[-1]
 
-    def __init__(self, down: torch.Tensor, up: torch.Tensor):
+
+class AdaptedHead(nn.Module):
+    """φ(h) followed by a head: φ(h) = h + W₂·silu(W₁·h) with W₂ = 0 at start (so φ starts as the identity).
+
+    `matrices` are applied in order: `(weight,)` for a full V×d head, `(down, up)` for a rank-r head.
+    """
+
+    def __init__(self, *matrices: torch.Tensor, seed: int = 0):
         super().__init__()
-        d = down.shape[1]
-        self.down = nn.Parameter(down.clone())
-        self.up = nn.Parameter(up.clone())
-        self.map_in = nn.Linear(d, d, bias=False)
-        self.map_out = nn.Linear(d, d, bias=False)
-        nn.init.normal_(self.map_in.weight, std=d**-0.5)
-        nn.init.zeros_(self.map_out.weight)
+        d = matrices[0].shape[1]
+        self.matrices = nn.ParameterList([nn.Parameter(m.detach().float().clone()) for m in matrices])
+        generator = torch.Generator().manual_seed(seed)
+        self.map_in = nn.Parameter(torch.randn(d, d, generator=generator) * d**-0.5)
+        self.map_out = nn.Parameter(torch.zeros(d, d))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        h = h + self.map_out(F.silu(self.map_in(h)))
-        return (h @ self.down.T) @ self.up.T  # (N, V)
+        h = h + F.silu(h @ self.map_in.T) @ self.map_out.T
+        for matrix in self.matrices:
+            h = h @ matrix.T
+        return h  # (N, V)
+
+    def param_groups(self, lr: float) -> list[dict]:
+        """Adam groups with a step proportional to each matrix's RMS over √fan-in.
+
+        Adam moves every entry by about lr per step whatever its scale; for y = M·x that changes y by about
+        lr·RMS(M)·fan-in while y itself is about RMS(M)·√fan-in. Scaling lr by RMS(M)/√fan-in keeps the relative
+        change per step near `lr` for every matrix and rank (a fixed lr overshoots the small entries of a wide
+        up factor: the r = d/2 fit used to end below its own start).
+        """
+        d = self.map_in.shape[0]
+        groups = [{"params": [m], "lr": lr * float(m.detach().pow(2).mean().sqrt()) / math.sqrt(m.shape[1])} for m in self.matrices]
+        groups.append({"params": [self.map_in, self.map_out], "lr": lr * d**-0.5 / math.sqrt(d)})
+        return groups
 
 
-def _top1_agreement(logits: torch.Tensor, teacher_top1: torch.Tensor) -> float:
-    return float((logits.argmax(-1) == teacher_top1).float().mean())
-
-
-def adapted_agreement(
-    weight: torch.Tensor,
-    train_states: torch.Tensor,
-    eval_states: torch.Tensor,
-    rank: int,
-    steps: int = 60,
-    lr: float = 2e-3,
-    batch_size: int = 256,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """(top-1 agreement after the fit, before it) of a rank-r head with the full head `weight` on `eval_states`."""
-    weight = weight.detach().float()
-    train_states, eval_states = train_states.float(), eval_states.float()
-    down, up = activation_aware_factors(weight, train_states, rank)
-    model = AdaptedLowRankHead(down, up)
+def _top1_agreement(model: nn.Module, inputs: torch.Tensor, teacher_top1: torch.Tensor, chunk: int = 512) -> float:
     with torch.no_grad():
-        eval_top1 = (eval_states @ weight.T).argmax(-1)
-        before = _top1_agreement(model(eval_states), eval_top1)
+        hits = sum(int((model(inputs[i : i + chunk]).argmax(-1) == teacher_top1[i : i + chunk]).sum())
+                   for i in range(0, inputs.shape[0], chunk))
+    return hits / inputs.shape[0]
+
+
+def fit_proxy(
+    head: AdaptedHead,
+    train_inputs: torch.Tensor,
+    train_teacher_logprobs: torch.Tensor,
+    val_inputs: torch.Tensor,
+    val_top1: torch.Tensor,
+    test_inputs: torch.Tensor,
+    test_top1: torch.Tensor,
+    steps: int = 60,
+    lr: float = 0.15,
+    batch_size: int = 128,
+    eval_every: int | None = None,
+    warmup_fraction: float = 0.1,
+    seed: int = 0,
+    rank: int = FULL_RANK,
+) -> ProxyFit:
+    """KL fit of `head` to the teacher's log-probs; keeps the checkpoint with the best validation top-1.
+
+    Adam with per-matrix relative steps (`AdaptedHead.param_groups`), linear warm-up over `warmup_fraction` of
+    the steps, then cosine decay to 0. The start is a candidate checkpoint, so the returned head is never worse
+    than its initialisation on the validation positions; the reported `agreement` is on separate test positions.
+    """
+    start = time.perf_counter()
+    if steps < 0:
+        raise ValueError(f"`steps` must be ≥ 0, got {steps}.")
+    eval_every = eval_every or max(1, steps // 10)
+    warmup = max(1, round(warmup_fraction * steps))
+    optimizer = torch.optim.Adam(head.param_groups(lr))
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    initial_val = best_val = _top1_agreement(head, val_inputs, val_top1)
+    initial_test = _top1_agreement(head, test_inputs, test_top1)
+    best_state = {k: v.detach().clone() for k, v in head.state_dict().items()}  # the start is a candidate
+    best_step = 0
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    n = train_states.shape[0]
-    for _ in range(steps):
+    n = train_inputs.shape[0]
+    for step in range(1, steps + 1):
+        if step <= warmup:
+            factor = step / warmup
+        else:
+            factor = 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+        for group, base in zip(optimizer.param_groups, base_lrs):
+            group["lr"] = base * factor
         idx = torch.randint(n, (min(batch_size, n),), generator=generator)
-        h = train_states[idx]
-        with torch.no_grad():
-            teacher = F.log_softmax(h @ weight.T, dim=-1)  # (B, V)
-        student = F.log_softmax(model(h), dim=-1)
-        loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+        student = F.log_softmax(head(train_inputs[idx]), dim=-1)
+        loss = F.kl_div(student, train_teacher_logprobs[idx], log_target=True, reduction="batchmean")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    with torch.no_grad():
-        after = _top1_agreement(model(eval_states), eval_top1)
-    return after, before
-
-
-def rho_tau_from_agreement(agreement: float, acceptance_rate: float, num_speculative_tokens: int) -> float:
-    """ρτ = τ(α_full·a) / τ(α_full) under the chain model τ(α) = Σ_{i=0..k} α^i."""
-    k = num_speculative_tokens
-    return tau_from_acceptance_rate(acceptance_rate * agreement, k) / tau_from_acceptance_rate(acceptance_rate, k)
+        if step % eval_every == 0 or step == steps:
+            val = _top1_agreement(head, val_inputs, val_top1)
+            if val > best_val:
+                best_val, best_step = val, step
+                best_state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(best_state)
+    test = _top1_agreement(head, test_inputs, test_top1)
+    return ProxyFit(rank, test, initial_test, best_val, initial_val, best_step, time.perf_counter() - start)
 
 
 def assumed_rho_tau(rank: int, hidden_size: int) -> float:
@@ -182,43 +252,95 @@ def measure_nu(
     return {r: times[str(r)]["nu"] for r in ranks}
 
 
+def rho_tau_from_agreements(
+    agreement: float, full_agreement: float, num_speculative_tokens: int, acceptance_rate: float | None = None
+) -> float:
+    """ρτ(r) = τ(α_r) / τ(α_full) under the chain model τ(α) = Σ_{i=0..k} α^i, with α_r = α_full·a(r)/a_full.
+
+    `agreement` a(r) and `full_agreement` a_full are the top-1 agreements with the target of the rank-r and the
+    full-head proxies fitted the same way; their ratio is the fraction of the full head's accepted tokens the rank-r
+    head keeps. α_full is `acceptance_rate` (a measured full-head drafter's α) or, when None, a_full itself.
+    """
+    if not 0 < full_agreement <= 1:
+        raise ValueError(f"`full_agreement` must lie in (0, 1], got {full_agreement}; the full-head proxy agrees nowhere.")
+    alpha_full = full_agreement if acceptance_rate is None else acceptance_rate
+    if not 0 < alpha_full <= 1:
+        raise ValueError(f"`acceptance_rate` must lie in (0, 1], got {acceptance_rate}.")
+    alpha = min(1.0, alpha_full * agreement / full_agreement)
+    k = num_speculative_tokens
+    return tau_from_acceptance_rate(alpha, k) / tau_from_acceptance_rate(alpha_full, k)
+
+
+
 def choose_rank(
     ranks: list[int],
     nu_by_rank: dict[int, float],
     kappa: float,
     weight: torch.Tensor | None = None,
     hidden_states: torch.Tensor | None = None,
+    proxy_states: torch.Tensor | None = None,
     hidden_size: int | None = None,
-    acceptance_rate: float = DEFAULT_ACCEPTANCE_RATE,
+    acceptance_rate: float | None = None,
     num_speculative_tokens: int = 6,
     steps: int = 60,
-    eval_fraction: float = 0.25,
-    lr: float = 2e-3,
-    batch_size: int = 256,
+    lr: float = 0.15,
+    batch_size: int = 128,
+    eval_fraction: float = 0.35,
     seed: int = 0,
-) -> tuple[RankCandidate, list[RankCandidate]]:
-    """The rank with the highest predicted speed-up, and the table behind the choice.
+) -> tuple[RankCandidate, list[RankCandidate], ProxyFit | None]:
+    """The rank with the highest predicted speed-up, the table behind the choice, and the full-head reference fit.
 
-    With `weight` (V×d) and `hidden_states` (N×d), ρτ(r) comes from the adapted fit; without them, from the
-    paper-anchored assumption `assumed_rho_tau` (then `hidden_size` is required).
+    With `weight` (V×d) and `hidden_states` (N×d inputs of that head) ρτ(r) comes from the proxy fits: the
+    proxies read `proxy_states` (N×d, the target's state some layers below the head, default `hidden_states`)
+    and are fitted to `weight`'s logits on `hidden_states`; positions are split into train / validation (picks
+    the checkpoint) / test (reported), `eval_fraction` held out in two halves. Without them, ρτ(r) is the
+    paper-anchored assumption `assumed_rho_tau` (then `hidden_size` is required) and the reference is None.
     """
     if not ranks:
         raise ValueError("`ranks` is empty; give at least one candidate rank.")
-    if not 0 < acceptance_rate <= 1:
+    if acceptance_rate is not None and not 0 < acceptance_rate <= 1:
         raise ValueError(f"`acceptance_rate` must lie in (0, 1], got {acceptance_rate}.")
-    rows = []
+    rows, reference = [], None
     if weight is not None:
         if hidden_states is None:
             raise ValueError("`hidden_states` (N×d inputs of the head) are required with `weight`.")
-        if hidden_states.shape[-1] != weight.shape[1]:
+        proxy_states = hidden_states if proxy_states is None else proxy_states
+        for name, states in (("hidden_states", hidden_states), ("proxy_states", proxy_states)):
+            if states.dim() != 2 or states.shape[-1] != weight.shape[1]:
+                raise ValueError(f"`{name}` must be N×d with d = {weight.shape[1]} (the head's), got {tuple(states.shape)}.")
+        if proxy_states.shape[0] != hidden_states.shape[0]:
             raise ValueError(
-                f"`hidden_states` width ({hidden_states.shape[-1]}) differs from the head's d ({weight.shape[1]})."
+                f"`proxy_states` ({proxy_states.shape[0]} positions) and `hidden_states` ({hidden_states.shape[0]}) "
+                "must come from the same positions."
             )
+        n_held = int(eval_fraction * hidden_states.shape[0]) // 2
+        if n_held < 1 or hidden_states.shape[0] - 2 * n_held < 1:
+            raise ValueError(
+                f"{hidden_states.shape[0]} positions with `eval_fraction` = {eval_fraction} leave an empty "
+                "train, validation or test split; give more positions."
+            )
+        weight = weight.detach().float()
         singular = singular_values(weight)
-        generator = torch.Generator().manual_seed(seed)
-        order = torch.randperm(hidden_states.shape[0], generator=generator)
-        n_eval = max(1, int(eval_fraction * len(order)))
-        eval_states, train_states = hidden_states[order[:n_eval]], hidden_states[order[n_eval:]]
+        order = torch.randperm(hidden_states.shape[0], generator=torch.Generator().manual_seed(seed))
+        test_idx, val_idx, train_idx = order[:n_held], order[n_held : 2 * n_held], order[2 * n_held :]
+        with torch.no_grad():
+            train_logits = hidden_states[train_idx].float() @ weight.T
+            weights = token_weights_from_logits(train_logits)
+            train_teacher = F.log_softmax(train_logits, dim=-1)
+            del train_logits
+            val_top1 = (hidden_states[val_idx].float() @ weight.T).argmax(-1)
+            test_top1 = (hidden_states[test_idx].float() @ weight.T).argmax(-1)
+        x = proxy_states.float()
+        splits = dict(
+            train_inputs=x[train_idx], train_teacher_logprobs=train_teacher, val_inputs=x[val_idx], val_top1=val_top1,
+            test_inputs=x[test_idx], test_top1=test_top1,
+        )
+        fit_kwargs = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed)
+        reference = fit_proxy(AdaptedHead(weight, seed=seed), **splits, **fit_kwargs, rank=FULL_RANK)
+        logger.info(
+            "full head: top-1 %.3f → %.3f (best step %d) in %.1fs",
+            reference.initial_agreement, reference.agreement, reference.best_step, reference.seconds,
+        )
         hidden_size = weight.shape[1]
     elif hidden_size is None:
         raise ValueError("Pass `weight` and `hidden_states`, or `hidden_size` for the assumed ρτ(r).")
@@ -226,40 +348,58 @@ def choose_rank(
         if not 0 < rank < hidden_size:
             raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
         if weight is not None:
-            start = time.perf_counter()
-            agreement, before = adapted_agreement(
-                weight, train_states, eval_states, rank, steps=steps, lr=lr, batch_size=batch_size, seed=seed
+            down, up = activation_aware_factors(weight, splits["train_inputs"], rank, token_weights=weights)
+            fit = fit_proxy(AdaptedHead(down, up, seed=seed), **splits, **fit_kwargs, rank=rank)
+            logger.info(
+                "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
+                rank, fit.initial_agreement, fit.agreement, fit.best_step, fit.seconds,
             )
-            logger.info("rank %d: agreement %.3f (SVD %.3f) in %.1fs", rank, agreement, before, time.perf_counter() - start)
-            rho = rho_tau_from_agreement(agreement, acceptance_rate, num_speculative_tokens)
+            agreement, before = fit.agreement, fit.initial_agreement
+            relative = agreement / reference.agreement
+            rho = rho_tau_from_agreements(agreement, reference.agreement, num_speculative_tokens, acceptance_rate)
             kept = energy(singular, rank)
         else:
-            agreement = before = kept = None
+            agreement = before = relative = None
+            kept = float("nan")
             rho = assumed_rho_tau(rank, hidden_size)
         nu_r = nu_by_rank[rank]
         rows.append(
             RankCandidate(
-                rank=rank, energy=kept if kept is not None else float("nan"), nu=nu_r, agreement=agreement,
-                svd_agreement=before, rho_tau=rho, predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
+                rank=rank, energy=kept, nu=nu_r, agreement=agreement, svd_agreement=before,
+                relative_agreement=relative, rho_tau=rho, predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
             )
         )
     best = max(rows, key=lambda c: c.predicted_speedup)
-    return best, rows
+    return best, rows, reference
 
 
-def render_table(rows: list[RankCandidate], best: RankCandidate, kappa: float, hidden_size: int) -> str:
-    lines = [
-        f"κ = {kappa:.3f}; break-even ρτ = (1+νκ)/(1+κ)",
-        "| rank | r/d | energy | ν | SVD top-1 | adapted top-1 | ρτ | break-even ρτ | predicted speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+def render_table(
+    rows: list[RankCandidate], best: RankCandidate, kappa: float, hidden_size: int, reference: ProxyFit | None = None
+) -> str:
     fmt = lambda v, d=3: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"  # noqa: E731
+    lines = [f"κ = {kappa:.3f}; break-even ρτ = (1+νκ)/(1+κ)"]
+    if reference is not None:
+        lines += [
+            "proxy top-1 = agreement with the target's top-1 on held-out positions of a state map + head fitted the",
+            "same way for every head; ρτ = τ(α_full·a/a_full)/τ(α_full). It ranks heads under a short fit, it is not",
+            "a trained drafter's ρτ (a trained rank-r head closes more of the gap).",
+        ]
+    lines += [
+        "| rank | r/d | energy | ν | proxy top-1 start | proxy top-1 fitted (a) | a/a_full | ρτ | break-even ρτ "
+        "| predicted speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    if reference is not None:
+        lines.append(
+            f"| full | 1 | 1.000 | 1.000 | {fmt(reference.initial_agreement)} | {fmt(reference.agreement)} | 1.000 "
+            f"| 1.000 | 1.000 | 1.000 |"
+        )
     for c in rows:
         mark = " ←" if c.rank == best.rank else ""
         lines.append(
             f"| {c.rank}{mark} | 1/{hidden_size / c.rank:.3g} | {fmt(c.energy)} | {fmt(c.nu)} | {fmt(c.svd_agreement)} "
-            f"| {fmt(c.agreement)} | {fmt(c.rho_tau)} | {fmt(cost_model.break_even_rho_tau(c.nu, kappa))} "
-            f"| {fmt(c.predicted_speedup)} |"
+            f"| {fmt(c.agreement)} | {fmt(c.relative_agreement)} | {fmt(c.rho_tau)} "
+            f"| {fmt(cost_model.break_even_rho_tau(c.nu, kappa))} | {fmt(c.predicted_speedup)} |"
         )
     return "\n".join(lines)
 
@@ -269,32 +409,60 @@ def render_table(rows: list[RankCandidate], best: RankCandidate, kappa: float, h
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the states are inputs of the autograd fits
+def head_inputs_from_sequences(target, sequences, proxy_layers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs of the target's LM head, proxy inputs), both N×d fp32, over all positions of `sequences`.
+
+    The proxy input is the output of the decoder layer `proxy_layers` below the last one, through the target's
+    final norm (`proxy_layers = 0`: the head's own input).
+    """
+    decoder = target.get_decoder()
+    layers, norm = getattr(decoder, "layers", None), getattr(decoder, "norm", None)
+    num_layers = len(layers) if layers is not None else 0
+    if proxy_layers and (norm is None or not 0 <= proxy_layers < num_layers):
+        raise ValueError(
+            f"`proxy_layers` must lie in [0, {num_layers}) for a decoder with `layers` and a final `norm`, got "
+            f"{proxy_layers}; use 0 (the head's own input) for other architectures."
+        )
+    if proxy_layers < 0:
+        raise ValueError(f"`proxy_layers` must be ≥ 0, got {proxy_layers}.")
+    captured = {}
+    hooks = [target.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: captured.__setitem__("head", args[0].detach()))]
+    if proxy_layers:
+        hooks.append(layers[num_layers - 1 - proxy_layers].register_forward_hook(
+            lambda module, args, out: captured.__setitem__("proxy", (out[0] if isinstance(out, tuple) else out).detach())))
+    heads, proxies = [], []
+    try:
+        for sequence in sequences:
+            captured.clear()
+            target(input_ids=sequence.to(target.device).view(1, -1), logits_to_keep=0)
+            heads.append(captured["head"][0].float().cpu())
+            proxies.append(norm(captured["proxy"])[0].float().cpu() if proxy_layers else heads[-1])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return torch.cat(heads), torch.cat(proxies)
+
+
+@torch.no_grad()
 def collect_head_inputs(
-    target, tokenizer, prompts: list[str], num_positions: int = 1536, max_new_tokens: int = 48
-) -> torch.Tensor:
-    """Inputs of the target's LM head (N×d) on prompts and the target's own greedy answers to them."""
-    head = target.get_output_embeddings()
-    captured = []
-    handle = head.register_forward_hook(lambda module, args, out: captured.append(args[0].detach()))
+    target, tokenizer, prompts: list[str], num_positions: int = 1536, max_new_tokens: int = 32, proxy_layers: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`head_inputs_from_sequences` on prompts and the target's own greedy answers to them (≤ `num_positions`)."""
     from .benchmark import encode_prompt
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    states, total = [], 0
-    try:
-        for prompt in prompts:
-            inputs = {k: v.to(target.device) for k, v in encode_prompt(tokenizer, prompt).items()}
-            sequence = target.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id)
-            captured.clear()
-            target(input_ids=sequence, logits_to_keep=0)
-            h = captured[-1][0]  # (T, d)
-            states.append(h.float().cpu())
-            total += h.shape[0]
-            if total >= num_positions:
-                break
-    finally:
-        handle.remove()
-    return torch.cat(states)[:num_positions]
+    sequences, total = [], 0
+    for prompt in prompts:
+        inputs = {k: v.to(target.device) for k, v in encode_prompt(tokenizer, prompt).items()}
+        sequence = target.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id)
+        sequences.append(sequence[0])
+        total += sequence.shape[1]
+        if total >= num_positions:
+            break
+    heads, proxies = head_inputs_from_sequences(target, sequences, proxy_layers)
+    return heads[:num_positions], proxies[:num_positions]
 
 
 def load_head_weight(path: str | os.PathLike) -> torch.Tensor:
@@ -350,14 +518,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="candidates (default d/32 … d/2)")
     p.add_argument("--kappa", type=float, default=None, help="κ (default: measured with the target; required with --shape)")
     p.add_argument("--nu", choices=["time", "macs"], default="time", help="ν(r) timed here or counted in MACs")
-    p.add_argument("--tau-full", type=float, default=None, help="measured τ of a full-head drafter (sets α_full)")
-    p.add_argument("--acceptance-rate", type=float, default=DEFAULT_ACCEPTANCE_RATE,
-                   help="α_full assumed when --tau-full is not given")
+    p.add_argument("--tau-full", type=float, default=None,
+                   help="measured τ of a full-head drafter: sets α_full (default: the full-head proxy's top-1)")
+    p.add_argument("--acceptance-rate", type=float, default=None,
+                   help="α_full given directly instead of --tau-full (default: the full-head proxy's top-1)")
+    p.add_argument("--proxy-layers", type=int, default=1,
+                   help="the proxies read the target's state this many layers below the head (0: the head's input)")
     p.add_argument("--num-speculative-tokens", "-k", type=int, default=6)
-    p.add_argument("--num-positions", type=int, default=1024, help="cached hidden states for the fit")
-    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--num-positions", type=int, default=1536,
+                   help="cached hidden states (65%% fit, 17.5%% validation, 17.5%% test)")
+    p.add_argument("--num-prompts", type=int, default=64, help="at most this many training prompts")
     p.add_argument("--max-new-tokens", type=int, default=32, help="target answer length per prompt (positions)")
-    p.add_argument("--steps", type=int, default=30, help="fit steps per rank")
+    p.add_argument("--steps", type=int, default=60, help="fit steps per proxy (the full head's and each rank's)")
+    p.add_argument("--lr", type=float, default=0.15, help="relative Adam step (scaled per matrix by RMS/√fan-in)")
     p.add_argument("--batch-size", type=int, default=128, help="positions per fit step")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine)")
     p.add_argument("--seed", type=int, default=0)
@@ -383,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         for d, v in args.shape:
             ranks = args.ranks or default_ranks(d, v)
             nu_by_rank = measure_nu(d, v, ranks, args.nu)
-            best, rows = choose_rank(ranks, nu_by_rank, args.kappa, hidden_size=d)
+            best, rows, _ = choose_rank(ranks, nu_by_rank, args.kappa, hidden_size=d)
             header = (f"## head {d}×{v}: ν {'timed here' if args.nu == 'time' else 'in MACs'}, κ = {args.kappa} "
                       f"(given), ρτ(r) ASSUMED from the paper's trained drafters {list(PAPER_RHO_TAU)} (r/d, ρτ)")
             reports.append({"shape": [d, v], "kappa": args.kappa, "rho_tau_source": "assumed (paper anchors)",
@@ -403,23 +576,33 @@ def main(argv: list[str] | None = None) -> int:
             kappa_info = measure_kappa(target, k)
             kappa = kappa_info["kappa"]
         nu_by_rank = measure_nu(d, vocab, ranks, args.nu)
-        states = collect_head_inputs(
-            target, tokenizer, _training_prompts(args.num_prompts), args.num_positions, args.max_new_tokens
+        states, proxy_states = collect_head_inputs(
+            target, tokenizer, _training_prompts(args.num_prompts), args.num_positions, args.max_new_tokens,
+            proxy_layers=args.proxy_layers,
         )
         logger.info("κ, ν and %d hidden states in %.1fs", states.shape[0], time.perf_counter() - start)
-        best, rows = choose_rank(
-            ranks, nu_by_rank, kappa, weight=weight, hidden_states=states, acceptance_rate=alpha,
-            num_speculative_tokens=k, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+        best, rows, reference = choose_rank(
+            ranks, nu_by_rank, kappa, weight=weight, hidden_states=states, proxy_states=proxy_states,
+            acceptance_rate=alpha, num_speculative_tokens=k, steps=args.steps, lr=args.lr,
+            batch_size=args.batch_size, seed=args.seed,
         )
-        source = f"τ_full = {args.tau_full} measured" if args.tau_full is not None else "ASSUMED"
+        if args.tau_full is not None:
+            source = f"α_full = {alpha:.3f} from τ_full = {args.tau_full} (measured)"
+        elif alpha is not None:
+            source = f"α_full = {alpha:.3f} (given)"
+        else:
+            source = f"α_full = a_full = {reference.agreement:.3f} (the full-head proxy's)"
         print(
-            f"## {args.head or args.target}: head {d}×{vocab}, {states.shape[0]} positions, k = {k}, "
-            f"α_full = {alpha:.3f} ({source}), κ = {kappa:.3f} ({'given' if args.kappa is not None else 'measured'})",
-            "", render_table(rows, best, kappa, d), f"\nchosen rank: {best.rank}\n", sep="\n",
+            f"## {args.head or args.target}: head {d}×{vocab}, {states.shape[0]} positions, proxies read the state "
+            f"{args.proxy_layers} layer(s) below the head, {args.steps} fit steps each, k = {k}, {source}, "
+            f"κ = {kappa:.3f} ({'given' if args.kappa is not None else 'measured'})",
+            "", render_table(rows, best, kappa, d, reference), f"\nchosen rank: {best.rank}\n", sep="\n",
         )
         reports.append({"target": args.target, "head": args.head, "shape": [d, vocab], "kappa": kappa,
                         "kappa_breakdown": kappa_info, "acceptance_rate": alpha, "num_positions": states.shape[0],
-                        "rho_tau_source": "adapted fit", "best_rank": best.rank, "rows": [asdict(r) for r in rows]})
+                        "proxy_layers": args.proxy_layers, "steps": args.steps, "full_head_proxy": asdict(reference),
+                        "rho_tau_source": "proxy fits (rank-r vs full head, same map and budget)",
+                        "best_rank": best.rank, "rows": [asdict(r) for r in rows]})
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -436,13 +619,16 @@ __all__ = [
     "singular_values",
     "energy",
     "activation_aware_factors",
-    "AdaptedLowRankHead",
-    "adapted_agreement",
-    "rho_tau_from_agreement",
+    "ProxyFit",
+    "token_weights_from_logits",
+    "AdaptedHead",
+    "fit_proxy",
+    "rho_tau_from_agreements",
     "assumed_rho_tau",
     "measure_nu",
     "choose_rank",
     "render_table",
+    "head_inputs_from_sequences",
     "collect_head_inputs",
     "load_head_weight",
     "measure_kappa",
