@@ -43,19 +43,10 @@ class LowRankHead(nn.Module):
         super().__init__()
         self.down = nn.Linear(hidden_size, rank, bias=False)
         self.up = nn.Linear(rank, vocab_size, bias=False)
-        self.store_up_column_major()
+        self.store_column_major()
 
-    @torch.no_grad()
-    def store_up_column_major(self) -> None:
-        """Keeps W_up (V×r) in column-major memory order (same values, names and checkpoint).
-
-        `F.linear` then runs (…, r) @ (r, V), streaming the weight at memory bandwidth; with the row-major
-        layout each logit is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC limit at batch 1
-        (docs/head_benchmark.md: 0.32–0.48 → 0.80–1.17 of the limit on the paper's shapes, fp32).
-        """
-        weight = self.up.weight
-        if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
-            weight.data = weight.data.t().contiguous().t()
+    def store_column_major(self) -> None:
+        store_column_major(self.up.weight)
 
     @property
     def rank(self) -> int:
@@ -89,6 +80,19 @@ class LowRankHead(nn.Module):
         return head
 
 
+@torch.no_grad()
+def store_column_major(weight: nn.Parameter) -> None:
+    """Keeps a head's (out×in) weight in column-major memory order: same values, name and checkpoint.
+
+    `F.linear` then runs (…, in) @ (in, out), streaming the weight at memory bandwidth. With the row-major layout
+    of `nn.Linear`, each logit of a rank-r head is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC
+    limit at batch 1; column-major W_up reaches 0.80–1.17, and the fp32 full head gets 1.2–1.7x faster too
+    (docs/head_benchmark.md). Every head gets the same treatment so that head comparisons stay fair.
+    """
+    if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
+        weight.data = weight.data.t().contiguous().t()
+
+
 def low_rank_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Truncated SVD `weight ≈ up @ down` with `down` (r×d) and `up` (V×r), singular values split evenly.
 
@@ -110,6 +114,10 @@ class FullHead(nn.Linear):
 
     def __init__(self, hidden_size: int, vocab_size: int):
         super().__init__(hidden_size, vocab_size, bias=False)
+        self.store_column_major()
+
+    def store_column_major(self) -> None:
+        store_column_major(self.weight)
 
 
 class TrimmedHead(nn.Module):
@@ -121,6 +129,10 @@ class TrimmedHead(nn.Module):
         self.weight = nn.Parameter(torch.empty(draft_vocab_size, hidden_size))
         # -1 marks "no token set yet"; set_token_ids() or loading a checkpoint fills it.
         self.register_buffer("token_ids", torch.full((draft_vocab_size,), -1, dtype=torch.long))
+        self.store_column_major()
+
+    def store_column_major(self) -> None:
+        store_column_major(self.weight)
 
     @property
     def has_token_set(self) -> bool:
@@ -441,8 +453,8 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             check_safetensors_checkpoint(str(pretrained_model_name_or_path))
         kwargs.setdefault("use_safetensors", True)
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        if isinstance(getattr(model, "lm_head", None), LowRankHead):
-            model.lm_head.store_up_column_major()  # loading materialises weights row-major
+        if hasattr(model.lm_head, "store_column_major"):
+            model.lm_head.store_column_major()  # loading materialises weights row-major
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
