@@ -165,6 +165,17 @@ def test_peft_trains_only_adapters_and_head(tmp_path):
     assert any("lora_" in k for k in changed) and any("lm_head" in k for k in changed)
 
 
+def test_freeze_backbone_trains_only_the_head(tmp_path):
+    target = peaked_target()
+    trainer = SlimSpecTrainer(args=tiny_args(tmp_path, max_steps=3, freeze_backbone=True), target=target,
+                              train_dataset=tiny_rows(8))
+    drafter = trainer.drafter
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    trainer.train()
+    changed = {k for k, v in drafter.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed and all(k.startswith("lm_head.") for k in changed), sorted(changed)
+
+
 def test_offline_features_are_cached_and_match_online(tmp_path):
     target = peaked_target()
     rows = tiny_rows(8)

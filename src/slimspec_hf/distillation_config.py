@@ -108,6 +108,14 @@ class SlimSpecConfig(TrainingArguments):
         },
     )
 
+    freeze_backbone: bool = field(
+        default=False,
+        metadata={
+            "help": "Train only the LM head (e.g. to recover acceptance after `slimspec convert` factored an "
+            "existing EAGLE-3 drafter's head); the backbone stays as loaded."
+        },
+    )
+
     # Training-time test
     ttt_steps: int = field(default=6, metadata={"help": "Unrolled drafting steps per position (EAGLE-3's TTT)."})
     step_loss_decay: float = field(default=0.8, metadata={"help": "Weight `decay**k` of the loss of step k."})

@@ -184,6 +184,14 @@ class SlimSpecTrainer(Trainer):
         model.attach_target(target)
         self._layer_ids = list(model.config.target_layer_ids)
 
+        if args.freeze_backbone:
+            if peft_config is not None:
+                raise ValueError(
+                    "`freeze_backbone=True` trains only the head; it cannot be combined with `peft_config` (LoRA on "
+                    "the backbone). Choose one."
+                )
+            for name, param in model.named_parameters():
+                param.requires_grad_(name.startswith("lm_head."))
         if peft_config is not None:
             model = _apply_peft(model, peft_config)
 
