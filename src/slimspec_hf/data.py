@@ -415,6 +415,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu", help="where the target runs (cpu, cuda, cuda:1, ...)")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": args.target, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
         "top_p": args.top_p, "seed": args.seed, "dtype": args.dtype,
     })
-    model, tokenizer = load_target(args.target, dtype=getattr(torch, args.dtype))
+    model, tokenizer = load_target(args.target, dtype=getattr(torch, args.dtype), device=args.device)
     stats = regenerate(
         model, tokenizer, prompts, out_dir, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_prompt_length=args.max_prompt_length,
