@@ -437,20 +437,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _save_figure(fig, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def plot_results(report: dict, folder: Path) -> list[Path]:
     """`speedup.png` and `acceptance_length.png` (per category, one panel per temperature), and
     `acceptance_cost.png` when a full-head reference was benchmarked."""
@@ -487,7 +473,7 @@ def plot_results(report: dict, folder: Path) -> list[Path]:
             ax.legend(fontsize=8)
         fig.tight_layout()
         path = folder / filename
-        _save_figure(fig, path)
+        cost_model.save_figure(fig, path)
         written.append(path)
     if cfg.get("reference") and report.get("kappa") is not None:
         points = [

@@ -109,9 +109,6 @@ def plot_acceptance_cost(
     label). The line S = 1 is break-even; heads above a line are faster than its speed-up. Written to `path`
     (PNG) through a temporary file.
     """
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,6 +142,16 @@ def plot_acceptance_cost(
     ax.set_title(title or f"Acceptance–cost trade-off (κ = {kappa:.3g}); black: break-even")
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig, path) -> None:
+    """Writes a matplotlib figure to `path` (PNG) through a temporary file, then closes it."""
+    import os
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -166,4 +173,5 @@ __all__ = [
     "iso_speedup_rho_tau",
     "fit_kappa",
     "plot_acceptance_cost",
+    "save_figure",
 ]
