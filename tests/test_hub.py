@@ -568,3 +568,19 @@ def test_template_ships_in_the_wheel():
     assert any(fnmatch(f"model_cards/{TEMPLATE_NAME}", p) for p in patterns)
     assert (REPO_ROOT / "src" / "slimspec_hf" / "model_cards" / TEMPLATE_NAME).is_file()
     assert "{{ card_data }}" in template_text()
+
+
+def test_results_from_a_bench_report_pick_the_drafter(tmp_path):
+    import json
+
+    from slimspec_hf.hub import _results_list
+
+    entry = {"dataset": "Spec-Bench", "temperature": 0.0, "acceptance_length": 2.5, "speedup": 1.4}
+    report = tmp_path / "results.json"
+    report.write_text(json.dumps({"config": {}, "model_index": {"slim": [entry], "full": [dict(entry, speedup=1.1)]}}))
+    assert _results_list(f"{report}#slim")[0]["speedup"] == 1.4
+    assert _results_list(f"{report}#full")[0]["speedup"] == 1.1
+    with pytest.raises(ValueError, match=r"drafters \['full', 'slim'\]"):
+        _results_list(str(report))
+    report.write_text(json.dumps({"model_index": {"only": [entry]}}))
+    assert _results_list(str(report))[0]["acceptance_length"] == 2.5

@@ -219,14 +219,26 @@ def _changed_fields(args: Any) -> dict:
 
 
 def _results_list(results: Any) -> list[dict] | None:
-    """Results as a list of dicts: one mapping, a list of them, or a JSON file holding either."""
+    """Results as a list of dicts: one mapping, a list of them, or a JSON file holding either — or the
+    `results.json` of `slimspec bench` (`PATH#NAME` picks drafter NAME; the name may be left out when the
+    benchmark had a single drafter)."""
     if results is None:
         return None
     if isinstance(results, (str, os.PathLike)):
-        path = Path(results)
-        if not path.is_file():
+        path, _, name = str(results).partition("#")
+        if not Path(path).is_file():
             raise FileNotFoundError(f"`results` ({results}) is not a file; pass a JSON file or a dict of metrics.")
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(results, Mapping) and isinstance(results.get("model_index"), Mapping):
+            index = results["model_index"]
+            if not name and len(index) == 1:
+                name = next(iter(index))
+            if name not in index:
+                raise ValueError(
+                    f"`results` {path} is a `slimspec bench` report with drafters {sorted(index)}; got "
+                    f"{name or 'no name'}. Pass `{path}#<drafter name>`."
+                )
+            results = index[name]
     entries = [results] if isinstance(results, Mapping) else results
     if not isinstance(entries, Sequence) or not all(isinstance(e, Mapping) for e in entries):
         raise TypeError(f"`results` must be a dict of metrics or a list of them, got {type(results).__name__}.")
@@ -747,7 +759,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--private", action="store_true", help="create the repo as private")
     parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the stored login)")
     parser.add_argument("--commit-message", default=None)
-    parser.add_argument("--results", default=None, help="JSON file of measured results (model-index)")
+    parser.add_argument(
+        "--results", default=None,
+        help="JSON file of measured results (model-index), or a `slimspec bench` results.json[#DRAFTER_NAME]",
+    )
     parser.add_argument("--recipe", default=None, help="YAML training recipe to describe in the card")
     parser.add_argument("--dataset", action="append", default=None, help="training dataset id (repeatable)")
     parser.add_argument("--keep-card", action="store_true", help="publish the folder's README.md unchanged")
