@@ -117,6 +117,38 @@ def test_ttt_padding_keys_are_masked():
     torch.testing.assert_close(results[0], results[1])
 
 
+def test_ttt_left_padding_gives_finite_gradients():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target).train()
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=3))
+    ids = torch.randint(0, 128, (1, 10))
+    mask = torch.ones(1, 10, dtype=torch.long)
+    mask[:, :3] = 0
+    model(ids, mask, mask, torch.randn(1, 10, 96), torch.randn(1, 10, 32)).loss.backward()
+    bad = [n for n, p in drafter.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    assert not bad, bad
+
+
+def test_rows_shorter_than_the_unroll_train():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=6))
+    ids = torch.randint(0, 128, (2, 5))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    out = model(ids, mask, mask, torch.randn(2, 5, 96), torch.randn(2, 5, 32))
+    assert torch.isfinite(out.loss)
+
+
+def test_pretokenised_rows_with_misaligned_loss_mask_are_refused():
+    from datasets import Dataset
+
+    from slimspec_hf.data import prepare_dataset
+
+    rows = Dataset.from_list([{"input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 1, 1, 1, 1]}])
+    with pytest.raises(ValueError, match="row 0: `loss_mask` has 7 entries but `input_ids` has 5"):
+        prepare_dataset(rows, None, 16)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------------------------------------------

@@ -145,6 +145,13 @@ def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
     )
     assert fast.sequences.tolist() == plain.tolist()
     assert len(fast.scores) == 15
+    # all hidden states requested by the caller: the drafter's override must not cut them down to three layers
+    hidden = target.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, assistant_model=drafter,
+        return_dict_in_generate=True, output_hidden_states=True,
+    )
+    assert hidden.sequences.tolist() == plain[:, :12].tolist()
+    assert all(h is not None for step in hidden.hidden_states for h in step)
 
     class Tok:  # the smallest tokenizer a TextStreamer needs
         def decode(self, ids, **kwargs):

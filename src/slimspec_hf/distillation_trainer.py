@@ -83,7 +83,8 @@ class SlimSpecTTTModel(nn.Module):
         hidden, context, states = features, [], []
         for k in range(self.ttt_steps):
             shifted = torch.zeros_like(embeds)
-            shifted[:, : embeds.shape[1] - k - 1] = embeds[:, k + 1 :]  # x_{t+k+1} at position t
+            kept = max(embeds.shape[1] - k - 1, 0)  # rows shorter than the unroll have nothing left to shift in
+            shifted[:, :kept] = embeds[:, k + 1 : k + 1 + kept]  # x_{t+k+1} at position t
             hidden = drafter.ttt_step(shifted, hidden, positions, k, context, attention_mask)  # (B, T, d)
             states.append(hidden)
         batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention_mask, loss_mask, self.ttt_steps)
@@ -412,7 +413,10 @@ def target_hidden_second_moment(target, dataset, num_tokens: int, batch_size: in
         batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         out = backbone(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
                        use_cache=False)
-        mask = batch["loss_mask"].bool().to(device)
+        # The head reads the state at s to predict x_{s+1}: keep s where x_{s+1} is an assistant token.
+        labels = (batch["loss_mask"].bool() & batch["attention_mask"].bool()).to(device)
+        mask = torch.zeros_like(labels)
+        mask[:, :-1] = labels[:, 1:]
         states = out.last_hidden_state[mask].double().cpu()  # (n, d_t)
         states = states[: num_tokens - seen]
         moment += states.T @ states

@@ -449,8 +449,9 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     # -- checkpoints: safetensors only, checked before loading, written atomically ------------------------------
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        if os.path.isdir(str(pretrained_model_name_or_path)):
-            check_safetensors_checkpoint(str(pretrained_model_name_or_path))
+        local = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if os.path.isdir(local):
+            check_safetensors_checkpoint(local)
         kwargs.setdefault("use_safetensors", True)
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         if hasattr(model.lm_head, "store_column_major"):
@@ -470,8 +471,15 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         tmp = tempfile.mkdtemp(prefix=".tmp-save-", dir=save_directory)
         try:
             super().save_pretrained(tmp, *args, **kwargs)
-            for name in sorted(os.listdir(tmp)):
+            written = set(os.listdir(tmp))
+            for name in sorted(written):
                 os.replace(os.path.join(tmp, name), os.path.join(save_directory, name))
+            # Weights of an earlier save that this one did not rewrite (e.g. a single file replaced by shards)
+            # would otherwise be loaded instead of, or next to, the new ones.
+            for name in os.listdir(save_directory):
+                stale = name.startswith("model") and name.endswith((".safetensors", ".safetensors.index.json"))
+                if stale and name not in written:
+                    os.remove(os.path.join(save_directory, name))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -634,7 +642,10 @@ def ttt_attention(
     scores = torch.matmul(q, expand(k0).transpose(-1, -2)) * scale  # (B, H, T, T)
     allowed = causal_mask(seq_len, seq_len, q.device)  # (T, T)
     if key_mask is not None:
-        allowed = allowed & key_mask[:, None, None, :].bool()
+        # A padded query still sees its own key, so that no softmax row is empty (NaN gradients); real queries
+        # never see padded keys.
+        own = torch.eye(seq_len, dtype=torch.bool, device=q.device)
+        allowed = allowed & (key_mask[:, None, None, :].bool() | own)
     scores = scores.masked_fill(~allowed, float("-inf"))
     diag = [(q * expand(k_j)).sum(-1, keepdim=True) * scale for k_j, _ in context[1:]]  # each (B, H, T, 1)
     probs = torch.softmax(torch.cat([scores, *diag], dim=-1).float(), dim=-1).to(q.dtype)  # (B, H, T, T + k)
@@ -702,7 +713,10 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             validate_pairing(drafter, target)
         self.drafter = drafter.attach_target(target)
         self.layer_ids = list(drafter.config.target_layer_ids)
-        self.model_kwargs_overrides = {"output_hidden_states": self.layer_ids}
+        # Ask the target for just the three layers, unless the caller wants all hidden states returned anyway
+        # (the indices then still point into the full tuple).
+        wants_all = bool(getattr(generation_config, "output_hidden_states", False))
+        self.model_kwargs_overrides = {"output_hidden_states": True if wants_all else self.layer_ids}
         self.num_speculative_tokens = int(num_speculative_tokens or drafter.config.num_speculative_tokens)
         self.max_length = generation_config.max_length
         self.do_sample = bool(generation_config.do_sample)
