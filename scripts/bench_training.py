@@ -27,10 +27,24 @@ def main() -> None:
 
     dataset = load_training_dataset(args.data)
     config = SlimSpecConfig(
-        output_dir=f"{args.out}/{args.mode}-{args.head_init}", overwrite_output_dir=True, max_steps=args.steps,
-        per_device_train_batch_size=2, max_length=768, features=args.mode, head_init=args.head_init,
-        feature_cache_dir=f"{args.out}/cache", logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
-        cpu_threads=args.threads, disable_tqdm=True, lr_scheduler_type="constant", warmup_steps=0, seed=0, data_seed=0,
+        output_dir=f"{args.out}/{args.mode}-{args.head_init}",
+        overwrite_output_dir=True,
+        max_steps=args.steps,
+        per_device_train_batch_size=2,
+        max_length=768,
+        features=args.mode,
+        head_init=args.head_init,
+        feature_cache_dir=f"{args.out}/cache",
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        cpu_threads=args.threads,
+        disable_tqdm=True,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        seed=0,
+        data_seed=0,
     )
     start = time.perf_counter()
     trainer = SlimSpecTrainer(args=config, train_dataset=dataset)
@@ -45,13 +59,23 @@ def main() -> None:
     train_s = time.perf_counter() - start
     logs = [h for h in trainer.state.log_history if "acc_0" in h]
     tokens = sum(h["num_tokens"] for h in logs)
-    print(json.dumps({
-        "mode": args.mode, "head_init": args.head_init, "threads": args.threads, "steps": args.steps,
-        "init_s": round(init_s, 1), "cache_s": round(cache_s, 1), "train_s": round(train_s, 1), "tokens": tokens,
-        "tokens_per_s": round(tokens / train_s, 1),
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-        "curve": [(round(h["loss"], 3), h["acc_0"]) for h in logs],
-    }))
+    print(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "head_init": args.head_init,
+                "threads": args.threads,
+                "steps": args.steps,
+                "init_s": round(init_s, 1),
+                "cache_s": round(cache_s, 1),
+                "train_s": round(train_s, 1),
+                "tokens": tokens,
+                "tokens_per_s": round(tokens / train_s, 1),
+                "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                "curve": [(round(h["loss"], 3), h["acc_0"]) for h in logs],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,12 @@ def main() -> None:
     drafter.eval().attach_target(target)
     cfg = drafter.config
     cache = SlimSpecDrafterCache()
-    drafter(input_ids=torch.randint(0, cfg.vocab_size, (1, args.context)),
-            hidden_states=torch.randn(1, args.context, 3 * cfg.target_hidden_size), cache=cache, use_cache=True)
+    drafter(
+        input_ids=torch.randint(0, cfg.vocab_size, (1, args.context)),
+        hidden_states=torch.randn(1, args.context, 3 * cfg.target_hidden_size),
+        cache=cache,
+        use_cache=True,
+    )
     token, state = torch.tensor([[5]]), torch.randn(1, 1, cfg.hidden_size)
     linears = [m for m in drafter.modules() if isinstance(m, torch.nn.Linear) and m is not drafter.fc]
     inputs = {m.in_features: torch.randn(1, 1, m.in_features) for m in linears}
@@ -63,9 +67,11 @@ def main() -> None:
     ms = {k: 1e3 * statistics.median(v) for k, v in times.items()}
     weights_mb = sum(m.weight.numel() * m.weight.element_size() for m in linears) / 2**20
     print(f"head_type={cfg.head_type} r={cfg.head_rank} threads={args.threads} context={args.context}")
-    print(f"drafter step {ms['step']:.3f} ms | its {len(linears)} matmuls alone {ms['matmuls']:.3f} ms "
-          f"({weights_mb:.1f} MiB of weights) | head alone {ms['head']:.3f} ms | "
-          f"overhead {ms['step'] - ms['matmuls']:.3f} ms ({(ms['step'] - ms['matmuls']) / ms['step']:.0%} of the step)")
+    print(
+        f"drafter step {ms['step']:.3f} ms | its {len(linears)} matmuls alone {ms['matmuls']:.3f} ms "
+        f"({weights_mb:.1f} MiB of weights) | head alone {ms['head']:.3f} ms | "
+        f"overhead {ms['step'] - ms['matmuls']:.3f} ms ({(ms['step'] - ms['matmuls']) / ms['step']:.0%} of the step)"
+    )
 
 
 if __name__ == "__main__":

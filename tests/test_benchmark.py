@@ -51,14 +51,25 @@ def test_spec_bench_file_has_six_reported_categories(shared_data):
     questions = load_questions(shared_data / "eval/spec_bench/question.jsonl")
     assert len(questions) == 480
     assert {q["category"] for q in questions} == {
-        "mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"
+        "mt_bench",
+        "translation",
+        "summarization",
+        "qa",
+        "math_reasoning",
+        "rag",
     }
 
 
 def _record(system, qid, category, tokens, seconds, repeat=0, stats=None, temperature=0.0):
     return {
-        "question_id": qid, "category": category, "system": system, "temperature": temperature, "repeat": repeat,
-        "new_tokens": tokens, "time_s": seconds, "stats": stats,
+        "question_id": qid,
+        "category": category,
+        "system": system,
+        "temperature": temperature,
+        "repeat": repeat,
+        "new_tokens": tokens,
+        "time_s": seconds,
+        "stats": stats,
     }
 
 
@@ -103,11 +114,34 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
     make_tiny_drafter(target, seed=2, head_type="full", num_speculative_tokens=3).save_pretrained(full_dir)
     questions = _questions_file(tmp_path / "q.jsonl")
 
-    rc = main([
-        "--target", str(target_dir), "--drafter", str(low_dir), "--drafter", str(full_dir), "--prompt-lookup", "3",
-        "--data", str(questions), "--categories", "qa", "translation", "--limit", "1", "--max-new-tokens", "8",
-        "--output-dir", str(out), "--timing-repeats", "2", "--context-length", "16", "--no-progress",
-    ])
+    rc = main(
+        [
+            "--target",
+            str(target_dir),
+            "--drafter",
+            str(low_dir),
+            "--drafter",
+            str(full_dir),
+            "--prompt-lookup",
+            "3",
+            "--data",
+            str(questions),
+            "--categories",
+            "qa",
+            "translation",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--output-dir",
+            str(out),
+            "--timing-repeats",
+            "2",
+            "--context-length",
+            "16",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     for name in ("results.json", "results.md", "speedup.png", "acceptance_length.png", "acceptance_cost.png"):
         assert (out / name).stat().st_size > 0, name
@@ -146,8 +180,16 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
     drafter = make_tiny_drafter(target, num_speculative_tokens=2)
     questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa"])
     report = run_benchmark(
-        target, _char_tokenizer(), {"low": drafter}, questions, temperatures=(0.0,), max_new_tokens=10,
-        prompt_lookup=2, context_length=8, timing_repeats=1, progress=False,
+        target,
+        _char_tokenizer(),
+        {"low": drafter},
+        questions,
+        temperatures=(0.0,),
+        max_new_tokens=10,
+        prompt_lookup=2,
+        context_length=8,
+        timing_repeats=1,
+        progress=False,
     )
     by_question = {}
     for r in report["records"]:

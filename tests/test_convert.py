@@ -67,9 +67,11 @@ def reference_eagle3(sd, prefix, cfg, emb, h, token_ids, vocab_size, norm_before
     att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
     h = residual + (att @ v).transpose(1, 2).reshape(B, T, -1) @ sd[p + "self_attn.o_proj.weight"].T
     m = _rms(h, sd[p + "post_attention_layernorm.weight"], eps)
-    h = h + (F.silu(m @ sd[p + "mlp.gate_proj.weight"].T) * (m @ sd[p + "mlp.up_proj.weight"].T)) @ sd[
-        p + "mlp.down_proj.weight"
-    ].T
+    h = (
+        h
+        + (F.silu(m @ sd[p + "mlp.gate_proj.weight"].T) * (m @ sd[p + "mlp.up_proj.weight"].T))
+        @ sd[p + "mlp.down_proj.weight"].T
+    )
     draft_logits = _rms(h, sd["norm.weight"], eps) @ sd["lm_head.weight"].T  # (B, T, K)
     logits = draft_logits.new_full((B, T, vocab_size), float("-inf"))
     logits[..., token_ids] = draft_logits
@@ -142,7 +144,11 @@ def write_checkpoint(folder, config, tensors):
 
 
 def eagle_checkpoint(tmp_path, target, draft_vocab_size=40, seed=0, **config_extra):
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **layer_config(target, draft_vocab_size)}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        **layer_config(target, draft_vocab_size),
+    }
     cfg.update(config_extra)
     sd, token_ids = random_weights("eagle", target, draft_vocab_size, seed)
     return write_checkpoint(tmp_path / "eagle", cfg, sd), cfg, sd, token_ids
@@ -274,7 +280,10 @@ def test_eagle_and_speculators_false_keep_residual_on_h(tmp_path, target):
     assert convert_eagle3(src, target, head_type="trimmed").config.norm_before_residual is False
     with pytest.raises(ValueError, match="SafeAILab.*drop the override"):
         convert_eagle3(src, target, head_type="trimmed", norm_before_residual=True)
-    assert convert_eagle3(src, target, head_type="trimmed", norm_before_residual=False).config.norm_before_residual is False
+    assert (
+        convert_eagle3(src, target, head_type="trimmed", norm_before_residual=False).config.norm_before_residual
+        is False
+    )
     src, *_ = speculators_checkpoint(tmp_path, target)  # norm_before_residual: false
     assert convert_eagle3(src, target, head_type="full").config.norm_before_residual is False
 
@@ -323,7 +332,9 @@ def test_sglang_layer_ids_are_layer_outputs(tmp_path, target):
 
 def test_conflicting_layer_ids_are_refused(tmp_path, target):
     src, *_ = eagle_checkpoint(
-        tmp_path, target, eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 5]},
+        tmp_path,
+        target,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 5]},
         eagle_aux_hidden_state_layer_ids=[0, 2, 5],
     )
     with pytest.raises(ValueError, match="disagree"):
@@ -423,7 +434,9 @@ def test_missing_norm_before_residual_is_ambiguous(tmp_path, target):
     src, cfg, sd, token_ids = speculators_checkpoint(tmp_path, target)
     del cfg["norm_before_residual"]
     write_checkpoint(src, cfg, sd)
-    with pytest.raises(ValueError, match="no `norm_before_residual`.*vLLM reads a missing value as true.*--norm-before"):
+    with pytest.raises(
+        ValueError, match="no `norm_before_residual`.*vLLM reads a missing value as true.*--norm-before"
+    ):
         read_eagle3_checkpoint(src)
     with pytest.raises(ValueError, match="no `norm_before_residual`"):
         convert_eagle3(src, target, head_type="full")
@@ -510,7 +523,9 @@ def test_export_round_trip_low_rank(tmp_path, target):
     assert cfg["draft_vocab_size"] == 128 and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
     assert cfg["transformer_layer_config"]["num_hidden_layers"] == 1
     assert cfg["speculators_config"]["verifier"]["name_or_path"] == "tiny-llama"
-    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.num_speculative_tokens
+    assert (
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.num_speculative_tokens
+    )
     from safetensors.torch import load_file
 
     tensors = load_file(str(out / "model.safetensors"))
@@ -591,8 +606,9 @@ def test_cli_convert_then_export(tmp_path, target, capsys):
     target.save_pretrained(tmp_path / "target")
     src, *_ = eagle_checkpoint(tmp_path, target)
     out = tmp_path / "slim"
-    code = main_convert(["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(out),
-                         "--rank", "4"])
+    code = main_convert(
+        ["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(out), "--rank", "4"]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "relative head error" in printed and "[2, 4, 5]" in printed
@@ -621,7 +637,9 @@ def test_cli_reports_errors(tmp_path, target, capsys):
     target.save_pretrained(tmp_path / "target")
     src, *_ = eagle_checkpoint(tmp_path, target)
     _edit(src, drop=("d2t",))
-    code = main_convert(["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(tmp_path / "o")])
+    code = main_convert(
+        ["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(tmp_path / "o")]
+    )
     assert code == 1 and "`d2t`" in capsys.readouterr().err
 
 
@@ -670,18 +688,40 @@ def smollm2_sized_checkpoint(tmp_path, target):
 
     p = "layers.0."
     sd = {
-        "fc.weight": w(d, 3 * d), p + "input_layernorm.weight": torch.ones(d), p + "hidden_norm.weight": torch.ones(d),
-        p + "self_attn.q_proj.weight": w(H * hd, 2 * d), p + "self_attn.k_proj.weight": w(Hkv * hd, 2 * d),
-        p + "self_attn.v_proj.weight": w(Hkv * hd, 2 * d), p + "self_attn.o_proj.weight": w(d, H * hd),
-        p + "post_attention_layernorm.weight": torch.ones(d), p + "mlp.gate_proj.weight": w(inter, d),
-        p + "mlp.up_proj.weight": w(inter, d), p + "mlp.down_proj.weight": w(d, inter), "norm.weight": torch.ones(d),
+        "fc.weight": w(d, 3 * d),
+        p + "input_layernorm.weight": torch.ones(d),
+        p + "hidden_norm.weight": torch.ones(d),
+        p + "self_attn.q_proj.weight": w(H * hd, 2 * d),
+        p + "self_attn.k_proj.weight": w(Hkv * hd, 2 * d),
+        p + "self_attn.v_proj.weight": w(Hkv * hd, 2 * d),
+        p + "self_attn.o_proj.weight": w(d, H * hd),
+        p + "post_attention_layernorm.weight": torch.ones(d),
+        p + "mlp.gate_proj.weight": w(inter, d),
+        p + "mlp.up_proj.weight": w(inter, d),
+        p + "mlp.down_proj.weight": w(d, inter),
+        "norm.weight": torch.ones(d),
         "lm_head.weight": target.lm_head.weight.detach().clone(),
     }
-    layer = {"model_type": "llama", "hidden_size": d, "intermediate_size": inter, "num_attention_heads": H,
-             "num_key_value_heads": Hkv, "num_hidden_layers": 1, "vocab_size": V, "rms_norm_eps": 1e-5,
-             "rope_theta": 100000.0, "max_position_embeddings": 8192, "hidden_act": "silu"}
-    cfg = {"speculators_model_type": "eagle3", "transformer_layer_config": layer, "draft_vocab_size": V,
-           "norm_before_residual": False, "eagle_aux_hidden_state_layer_ids": None}
+    layer = {
+        "model_type": "llama",
+        "hidden_size": d,
+        "intermediate_size": inter,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 1,
+        "vocab_size": V,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "max_position_embeddings": 8192,
+        "hidden_act": "silu",
+    }
+    cfg = {
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": layer,
+        "draft_vocab_size": V,
+        "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": None,
+    }
     return write_checkpoint(tmp_path / "spec", cfg, sd), layer, sd
 
 

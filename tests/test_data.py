@@ -29,8 +29,14 @@ def test_load_prompts_turns_and_messages(tmp_path):
     path = tmp_path / "p.jsonl"
     rows = [
         {"id": "a", "source": "s", "turns": ["hello"]},
-        {"id": "b", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
-                                 {"role": "assistant", "content": "old answer, dropped"}]},
+        {
+            "id": "b",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "old answer, dropped"},
+            ],
+        },
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     prompts = load_prompts(path)
@@ -42,8 +48,9 @@ def test_load_prompts_turns_and_messages(tmp_path):
 
 
 def test_collator_pads_right_with_masks():
-    batch = SlimSpecDataCollator(pad_token_id=9)([
-        {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}, {"input_ids": [4], "loss_mask": [1]}])
+    batch = SlimSpecDataCollator(pad_token_id=9)(
+        [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}, {"input_ids": [4], "loss_mask": [1]}]
+    )
     assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 9, 9]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
@@ -66,8 +73,12 @@ def test_loss_mask_from_the_smollm2_template(embedded_target):
     assert "{% generation %}" not in tokenizer.chat_template  # so the mask comes from prefix rendering
     row = tokenize_conversation(tokenizer, CONVERSATION)
     ids, mask = row["input_ids"], row["loss_mask"]
-    assert ids == tokenizer(tokenizer.apply_chat_template(CONVERSATION, tokenize=False),
-                            add_special_tokens=False)["input_ids"]
+    assert (
+        ids
+        == tokenizer(tokenizer.apply_chat_template(CONVERSATION, tokenize=False), add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
     # the masked tokens are exactly the two answers, each with the template's end-of-turn
     spans, current = [], []
     for token, m in zip(ids, mask):
@@ -90,9 +101,18 @@ def test_regenerate_resumes_and_loses_at_most_a_batch(embedded_target, tmp_path)
 
     _, tokenizer = embedded_target
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, eos_token_id=2,
-                                         pad_token_id=2, bos_token_id=1)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            eos_token_id=2,
+            pad_token_id=2,
+            bos_token_id=1,
+        )
+    ).eval()
     prompts = [{"id": f"p{i}", "messages": [{"role": "user", "content": f"Say {'hi ' * (i + 1)}"}]} for i in range(5)]
     stats = regenerate(model, tokenizer, prompts[:3], tmp_path, batch_size=2, max_new_tokens=3, progress=False)
     assert stats["done"] == 3 and stats["new_tokens"] > 0

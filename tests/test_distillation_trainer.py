@@ -52,10 +52,22 @@ def tiny_rows(num=24, seed=0, vocab=128):
 
 def tiny_args(tmp_path, **overrides):
     values = dict(
-        output_dir=str(tmp_path / "out"), max_steps=30, per_device_train_batch_size=4, learning_rate=5e-3,
-        lr_scheduler_type="constant", logging_steps=10, report_to="none", save_strategy="no", ttt_steps=3,
-        target_layer_ids=[1, 3, 5], use_cpu=True, kl_chunk_size=16, feature_cache_dir=str(tmp_path / "cache"),
-        max_grad_norm=1.0, disable_tqdm=True, seed=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=30,
+        per_device_train_batch_size=4,
+        learning_rate=5e-3,
+        lr_scheduler_type="constant",
+        logging_steps=10,
+        report_to="none",
+        save_strategy="no",
+        ttt_steps=3,
+        target_layer_ids=[1, 3, 5],
+        use_cpu=True,
+        kl_chunk_size=16,
+        feature_cache_dir=str(tmp_path / "cache"),
+        max_grad_norm=1.0,
+        disable_tqdm=True,
+        seed=0,
     )
     values.update(overrides)
     return SlimSpecConfig(**values)
@@ -88,13 +100,23 @@ def test_ttt_unroll_matches_inference_drafting():
             from slimspec_hf import SlimSpecDrafterCache
 
             cache = SlimSpecDrafterCache()
-            out = drafter(input_ids=ids[:, 1 : t + 2], hidden_states=features[:, : t + 1],
-                          position_ids=positions[:, : t + 1], cache=cache, use_cache=True)
+            out = drafter(
+                input_ids=ids[:, 1 : t + 2],
+                hidden_states=features[:, : t + 1],
+                position_ids=positions[:, : t + 1],
+                cache=cache,
+                use_cache=True,
+            )
             state = out.hidden_states[:, -1:]
             torch.testing.assert_close(state[0, 0], states[0][0, t])
             for k in range(1, steps):
-                out = drafter(input_ids=ids[:, t + k + 1 : t + k + 2], hidden_states=state,
-                              position_ids=torch.tensor([[t + k]]), cache=cache, use_cache=True)
+                out = drafter(
+                    input_ids=ids[:, t + k + 1 : t + k + 2],
+                    hidden_states=state,
+                    position_ids=torch.tensor([[t + k]]),
+                    cache=cache,
+                    use_cache=True,
+                )
                 state = out.hidden_states
                 torch.testing.assert_close(state[0, 0], states[k][0, t], msg=f"step {k} position {t}")
 
@@ -185,8 +207,9 @@ def test_peft_trains_only_adapters_and_head(tmp_path):
 
     target = peaked_target()
     config = LoraConfig(r=4, lora_alpha=8, target_modules=None)
-    trainer = SlimSpecTrainer(args=tiny_args(tmp_path, max_steps=4), target=target, train_dataset=tiny_rows(8),
-                              peft_config=config)
+    trainer = SlimSpecTrainer(
+        args=tiny_args(tmp_path, max_steps=4), target=target, train_dataset=tiny_rows(8), peft_config=config
+    )
     assert config.target_modules is None and config.modules_to_save is None  # caller's config untouched
     peft_model = trainer.model.drafter
     before = {k: v.clone() for k, v in peft_model.state_dict().items()}
@@ -199,8 +222,9 @@ def test_peft_trains_only_adapters_and_head(tmp_path):
 
 def test_freeze_backbone_trains_only_the_head(tmp_path):
     target = peaked_target()
-    trainer = SlimSpecTrainer(args=tiny_args(tmp_path, max_steps=3, freeze_backbone=True), target=target,
-                              train_dataset=tiny_rows(8))
+    trainer = SlimSpecTrainer(
+        args=tiny_args(tmp_path, max_steps=3, freeze_backbone=True), target=target, train_dataset=tiny_rows(8)
+    )
     drafter = trainer.drafter
     before = {k: v.clone() for k, v in drafter.state_dict().items()}
     trainer.train()
@@ -222,12 +246,14 @@ def test_offline_features_are_cached_and_match_online(tmp_path):
     assert abs(losses["online"] - losses["offline"]) < 0.02 * losses["online"]  # bf16 cache
 
 
-@pytest.mark.parametrize("head_type,head_init", [("full", "svd"), ("trimmed", "svd"), ("target", "random"),
-                                                 ("low_rank", "activation_svd")])
+@pytest.mark.parametrize(
+    "head_type,head_init", [("full", "svd"), ("trimmed", "svd"), ("target", "random"), ("low_rank", "activation_svd")]
+)
 def test_other_heads_train(tmp_path, head_type, head_init):
     target = peaked_target()
-    args = tiny_args(tmp_path, head_type=head_type, head_init=head_init, draft_vocab_size=64, max_steps=2,
-                     logging_steps=1)
+    args = tiny_args(
+        tmp_path, head_type=head_type, head_init=head_init, draft_vocab_size=64, max_steps=2, logging_steps=1
+    )
     trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(8))
     if head_type == "full":
         torch.testing.assert_close(trainer.drafter.lm_head.weight, target.lm_head.weight)
@@ -244,8 +270,10 @@ def test_activation_svd_beats_plain_svd_on_its_own_data():
     states = torch.randn(5000, 16, generator=g, dtype=torch.float64) * scales  # anisotropic hidden states
     moment = states.T @ states / states.shape[0]
     errors = {}
-    for name, (down, up) in {"svd": low_rank_factors(weight, 4),
-                             "activation": activation_aware_factors(weight, moment, 4)}.items():
+    for name, (down, up) in {
+        "svd": low_rank_factors(weight, 4),
+        "activation": activation_aware_factors(weight, moment, 4),
+    }.items():
         errors[name] = ((states @ (weight - up @ down).T) ** 2).mean()
     assert errors["activation"] < 0.5 * errors["svd"], errors
 
@@ -291,11 +319,44 @@ def _cli_setup(tmp_path):
 
 def _cli_args(target_dir, data, out, cache, max_steps=12):
     return [
-        "--target_model", str(target_dir), "--dataset_path", str(data), "--output_dir", str(out),
-        "--max_steps", str(max_steps), "--per_device_train_batch_size", "2", "--save_steps", "3",
-        "--ttt_steps", "3", "--target_layer_ids", "1", "3", "5", "--kl_chunk_size", "8", "--learning_rate", "3e-3",
-        "--use_cpu", "true", "--report_to", "none", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--cpu_threads", "1", "--feature_cache_dir", str(cache), "--seed", "3", "--data_seed", "4",
+        "--target_model",
+        str(target_dir),
+        "--dataset_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(max_steps),
+        "--per_device_train_batch_size",
+        "2",
+        "--save_steps",
+        "3",
+        "--ttt_steps",
+        "3",
+        "--target_layer_ids",
+        "1",
+        "3",
+        "5",
+        "--kl_chunk_size",
+        "8",
+        "--learning_rate",
+        "3e-3",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        "--cpu_threads",
+        "1",
+        "--feature_cache_dir",
+        str(cache),
+        "--seed",
+        "3",
+        "--data_seed",
+        "4",
     ]
 
 
@@ -313,9 +374,12 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path):
     assert full.returncode == 0, full.stderr[-3000:]
 
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "slimspec_hf.train",
-                             *_cli_args(target_dir, data, out, tmp_path / "c")], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slimspec_hf.train", *_cli_args(target_dir, data, out, tmp_path / "c")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 240
     while not (out / "checkpoint-6" / "trainer_state.json").exists() and proc.poll() is None:
         assert time.time() < deadline, "no checkpoint appeared"
@@ -331,8 +395,9 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path):
             shutil.rmtree(later)
     for name in ("model.safetensors", "config.json"):
         (out / name).unlink(missing_ok=True)
-    resumed = _run([*_cli_args(target_dir, data, out, tmp_path / "c"), "--resume_from_checkpoint", "true"],
-                   env=env, timeout=300)
+    resumed = _run(
+        [*_cli_args(target_dir, data, out, tmp_path / "c"), "--resume_from_checkpoint", "true"], env=env, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a = load_file(tmp_path / "full" / "model.safetensors")
     b = load_file(out / "model.safetensors")
@@ -344,10 +409,20 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path):
 @pytest.mark.slow
 def test_two_process_training_under_accelerate(tmp_path):
     target_dir, data = _cli_setup(tmp_path)
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "-m",
-           "slimspec_hf.train", *_cli_args(target_dir, data, tmp_path / "ddp", tmp_path / "c", max_steps=4)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--cpu",
+        "-m",
+        "slimspec_hf.train",
+        *_cli_args(target_dir, data, tmp_path / "ddp", tmp_path / "c", max_steps=4),
+    ]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "ddp" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "ddp" / "checkpoint-3" / "trainer_state.json").read_text())

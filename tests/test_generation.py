@@ -96,8 +96,9 @@ def test_greedy_identity_agreeing_drafter_with_eos_and_length_boundary(k):
         ids = torch.randint(0, 128, (1, 2 + i % 5), generator=generator)
         max_new = 5 + (i * 7) % 23  # often not a multiple of k + 1: the last round hits the length boundary
         plain = target.generate(ids, max_new_tokens=max_new, do_sample=False)
-        fast = target.generate(ids, max_new_tokens=max_new, do_sample=False, assistant_model=drafter,
-                               num_assistant_tokens=k)
+        fast = target.generate(
+            ids, max_new_tokens=max_new, do_sample=False, assistant_model=drafter, num_assistant_tokens=k
+        )
         assert fast.tolist() == plain.tolist(), f"prompt {i}"
         stats = drafter.last_generation_stats
         assert max(stats.drafted_per_position, default=0) <= stats.rounds
@@ -140,15 +141,25 @@ def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
     mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
     plain = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=15, do_sample=False)
     fast = target.generate(
-        input_ids=ids, attention_mask=mask, max_new_tokens=15, do_sample=False, assistant_model=drafter,
-        return_dict_in_generate=True, output_scores=True,
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=15,
+        do_sample=False,
+        assistant_model=drafter,
+        return_dict_in_generate=True,
+        output_scores=True,
     )
     assert fast.sequences.tolist() == plain.tolist()
     assert len(fast.scores) == 15
     # all hidden states requested by the caller: the drafter's override must not cut them down to three layers
     hidden = target.generate(
-        input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, assistant_model=drafter,
-        return_dict_in_generate=True, output_hidden_states=True,
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=6,
+        do_sample=False,
+        assistant_model=drafter,
+        return_dict_in_generate=True,
+        output_hidden_states=True,
     )
     assert hidden.sequences.tolist() == plain[:, :12].tolist()
     assert all(h is not None for step in hidden.hidden_states for h in step)
@@ -196,16 +207,37 @@ def _sample_last_tokens(target, drafter, prompt, n, seed):
     torch.manual_seed(seed)
     counts = torch.zeros(3, target.config.vocab_size)
     for _ in range(n):
-        out = target.generate(prompt, max_new_tokens=3, do_sample=True, top_k=0, assistant_model=drafter,
-                              num_assistant_tokens=2)
+        out = target.generate(
+            prompt, max_new_tokens=3, do_sample=True, top_k=0, assistant_model=drafter, num_assistant_tokens=2
+        )
         for j in range(3):
             counts[j, out[0, prompt.shape[1] + j]] += 1
     return counts
 
 
 # chi-square 0.999 quantiles for df = 1..20
-CHI2_999 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26, 32.91, 34.53, 36.12,
-            37.70, 39.25, 40.79, 42.31, 43.82, 45.31]
+CHI2_999 = [
+    10.83,
+    13.82,
+    16.27,
+    18.47,
+    20.52,
+    22.46,
+    24.32,
+    26.12,
+    27.88,
+    29.59,
+    31.26,
+    32.91,
+    34.53,
+    36.12,
+    37.70,
+    39.25,
+    40.79,
+    42.31,
+    43.82,
+    45.31,
+]
 
 
 def test_speculative_sampling_matches_the_target_distribution():
@@ -317,8 +349,9 @@ def test_greedy_identity_on_smollm2(embedded_target):
     drafter.lm_head.init_from_dense(model.lm_head.weight)
     for question in ["What is 2 + 2?", "Name three colours.", "Write a haiku about the sea."]:
         messages = [{"role": "user", "content": question}]
-        inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)
+        inputs = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         plain = model.generate(**inputs, max_new_tokens=40, do_sample=False)
         fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter)
         assert fast.tolist() == plain.tolist()

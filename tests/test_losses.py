@@ -35,8 +35,16 @@ def test_ttt_kl_loss_matches_naive(chunk_size):
 
     h1 = hidden.clone().requires_grad_(True)
     w1 = head_w.clone().requires_grad_(True)
-    out = ttt_kl_loss(h1, teacher_hidden, valid, lambda h: h @ w1.T, lambda h: h @ teacher_w.T, weights,
-                      chunk_size=chunk_size, params=[w1])
+    out = ttt_kl_loss(
+        h1,
+        teacher_hidden,
+        valid,
+        lambda h: h @ w1.T,
+        lambda h: h @ teacher_w.T,
+        weights,
+        chunk_size=chunk_size,
+        params=[w1],
+    )
     out.loss.backward()
 
     h2 = hidden.clone().requires_grad_(True)
@@ -79,8 +87,16 @@ def test_ttt_kl_loss_trimmed_vocabulary():
     head_w = torch.randn(len(compact_ids), width, generator=g, dtype=torch.float64)
     valid = torch.ones(num_steps, rows, dtype=torch.bool)
     weights = step_weights(num_steps, 0.8).double()
-    out = ttt_kl_loss(hidden, teacher_hidden, valid, lambda h: h @ head_w.T, lambda h: h @ teacher_w.T, weights,
-                      chunk_size=4, compact_ids=compact_ids)
+    out = ttt_kl_loss(
+        hidden,
+        teacher_hidden,
+        valid,
+        lambda h: h @ head_w.T,
+        lambda h: h @ teacher_w.T,
+        weights,
+        chunk_size=4,
+        compact_ids=compact_ids,
+    )
     (grad,) = torch.autograd.grad(out.loss, hidden)
     h2 = hidden.detach().clone().requires_grad_(True)
     ref, _ = naive_loss(h2, teacher_hidden, valid, head_w, teacher_w, weights, compact_ids=compact_ids)
@@ -106,12 +122,7 @@ def test_ttt_targets_brute_force():
     attention[2, 9:] = 0  # right padding
     loss_mask = (torch.rand(batch, seq_len, generator=g) > 0.3).long() * attention
     batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention, loss_mask, num_steps)
-    found = {
-        (k, int(b), int(s))
-        for k in range(num_steps)
-        for b, s, ok in zip(batch_idx, teacher_pos, valid[k])
-        if ok
-    }
+    found = {(k, int(b), int(s)) for k in range(num_steps) for b, s, ok in zip(batch_idx, teacher_pos, valid[k]) if ok}
     expected = set()
     for b in range(batch):
         for k in range(num_steps):
@@ -129,5 +140,12 @@ def test_bad_arguments_name_the_parameter():
     with pytest.raises(ValueError, match="step_loss_decay"):
         step_weights(3, 1.5)
     with pytest.raises(ValueError, match="kl_chunk_size"):
-        ttt_kl_loss(torch.zeros(1, 2, 3), torch.zeros(2, 3), torch.ones(1, 2, dtype=torch.bool), lambda h: h,
-                    lambda h: h, torch.ones(1), chunk_size=0)
+        ttt_kl_loss(
+            torch.zeros(1, 2, 3),
+            torch.zeros(2, 3),
+            torch.ones(1, 2, dtype=torch.bool),
+            lambda h: h,
+            lambda h: h,
+            torch.ones(1),
+            chunk_size=0,
+        )

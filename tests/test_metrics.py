@@ -63,7 +63,11 @@ def test_chain_model_round_trip():
 def test_model_index_entry_leaves_out_what_was_not_measured():
     entry = model_index_entry(acceptance_length=3.4, rho_tau=0.99, speedup=2.1, nu=0.21, kappa=None)
     assert entry == {
-        "dataset": "Spec-Bench", "temperature": 0.0, "acceptance_length": 3.4, "rho_tau": 0.99, "speedup": 2.1,
+        "dataset": "Spec-Bench",
+        "temperature": 0.0,
+        "acceptance_length": 3.4,
+        "rho_tau": 0.99,
+        "speedup": 2.1,
         "nu": 0.21,
     }
     assert "rho_tau" not in model_index_entry(acceptance_length=2.0, rho_tau=float("nan"))

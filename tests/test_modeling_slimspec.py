@@ -154,7 +154,9 @@ def test_save_load_round_trip_without_embedding(tmp_path, tiny_target):
     loaded.attach_target(tiny_target)
     ids = torch.randint(0, 128, (1, 5))
     feats = torch.randn(1, 5, 96)
-    torch.testing.assert_close(loaded(input_ids=ids, hidden_states=feats).logits, drafter(input_ids=ids, hidden_states=feats).logits)
+    torch.testing.assert_close(
+        loaded(input_ids=ids, hidden_states=feats).logits, drafter(input_ids=ids, hidden_states=feats).logits
+    )
 
 
 def test_trimmed_head_round_trip_and_missing_token_set(tmp_path, tiny_target):
@@ -249,7 +251,9 @@ def test_embedded_target_loads_and_generates(embedded_target):
 
 
 def test_config_from_embedded_shape_matches_paper_default():
-    config = SlimSpecDrafterConfig(vocab_size=49152, hidden_size=576, num_attention_heads=9, target_num_hidden_layers=30)
+    config = SlimSpecDrafterConfig(
+        vocab_size=49152, hidden_size=576, num_attention_heads=9, target_num_hidden_layers=30
+    )
     drafter = SlimSpecDrafterForCausalLM(config)
     assert drafter.lm_head.rank == 72
 

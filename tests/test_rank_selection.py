@@ -55,8 +55,13 @@ def test_rank_selection_with_proxy_states_fits_the_full_head_too():
     proxy = states + 0.5 * torch.tanh(states @ torch.randn(32, 32, generator=g) / 32**0.5)  # a "lower layer"
     ranks = [4, 16]
     best, rows, reference = choose_rank(
-        ranks, measure_nu(32, 128, ranks, mode="macs"), kappa=1.0, weight=weight, hidden_states=states,
-        proxy_states=proxy, steps=40,
+        ranks,
+        measure_nu(32, 128, ranks, mode="macs"),
+        kappa=1.0,
+        weight=weight,
+        hidden_states=states,
+        proxy_states=proxy,
+        steps=40,
     )
     # the shared deficit: the full head no longer agrees everywhere at the start, and its fit recovers some of it
     assert reference.initial_agreement < 1.0
@@ -73,10 +78,16 @@ def test_fit_never_returns_worse_than_its_start_on_validation():
     weight, states = knee_head(d=32, vocab=128, knee=32)
     logits = states @ weight.T
     top1 = logits.argmax(-1)
-    down, up = activation_aware_factors(weight, states[:600], 12, token_weights=token_weights_from_logits(logits[:600]))
+    down, up = activation_aware_factors(
+        weight, states[:600], 12, token_weights=token_weights_from_logits(logits[:600])
+    )
     splits = dict(
-        train_inputs=states[:600], train_teacher_logprobs=torch.log_softmax(logits[:600], -1),
-        val_inputs=states[600:700], val_top1=top1[600:700], test_inputs=states[700:], test_top1=top1[700:],
+        train_inputs=states[:600],
+        train_teacher_logprobs=torch.log_softmax(logits[:600], -1),
+        val_inputs=states[600:700],
+        val_top1=top1[600:700],
+        test_inputs=states[700:],
+        test_top1=top1[700:],
     )
     # a step far too large: every checkpoint is worse, so the start comes back unchanged
     head = AdaptedHead(down, up)
@@ -150,7 +161,9 @@ def test_rho_tau_from_agreements_chain_model():
     expected = sum(0.45**i for i in range(7)) / sum(0.9**i for i in range(7))
     assert rho_tau_from_agreements(0.3, 0.6, 6, acceptance_rate=0.9) == pytest.approx(expected)
     # a rank-r proxy above the full one (noise) caps at α = 1
-    assert rho_tau_from_agreements(0.7, 0.6, 6, acceptance_rate=0.9) == pytest.approx(7 / tau_from_acceptance_rate(0.9, 6))
+    assert rho_tau_from_agreements(0.7, 0.6, 6, acceptance_rate=0.9) == pytest.approx(
+        7 / tau_from_acceptance_rate(0.9, 6)
+    )
     with pytest.raises(ValueError, match="full_agreement"):
         rho_tau_from_agreements(0.3, 0.0, 6)
 

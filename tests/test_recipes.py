@@ -28,8 +28,14 @@ def _has_gpu() -> bool:
 
 def test_expected_recipes_exist():
     names = {p.name for p in SMOLLM2.glob("config_*.yaml")}
-    assert {"config_cpu.yaml", "config_full_head.yaml", "config_trimmed.yaml", "config_target_head.yaml",
-            "config_rank36.yaml", "config_rank144.yaml"} <= names
+    assert {
+        "config_cpu.yaml",
+        "config_full_head.yaml",
+        "config_trimmed.yaml",
+        "config_target_head.yaml",
+        "config_rank36.yaml",
+        "config_rank144.yaml",
+    } <= names
     for target in ("llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b", "smollm2-135m-instruct"):
         assert (RECIPES / target / "README.md").is_file()
         assert list((RECIPES / target / "slimspec").glob("config_*.yaml"))

@@ -70,7 +70,9 @@ def load_questions(
     questions = []
     for row in rows:
         group = report_category(row["category"], dataset)
-        questions.append({"id": row["question_id"], "category": group, "subcategory": row["category"], "prompt": row["turns"][0]})
+        questions.append(
+            {"id": row["question_id"], "category": group, "subcategory": row["category"], "prompt": row["turns"][0]}
+        )
     if categories:
         known = sorted({q["category"] for q in questions} | {q["subcategory"] for q in questions})
         unknown = [c for c in categories if c not in known]
@@ -93,7 +95,9 @@ def load_questions(
 def encode_prompt(tokenizer, prompt: str) -> dict[str, torch.Tensor]:
     """Token ids of a user turn, through the chat template when the tokenizer has one."""
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
         return dict(tokenizer(text, add_special_tokens=False, return_tensors="pt"))
     return dict(tokenizer(prompt, return_tensors="pt"))
 
@@ -108,7 +112,9 @@ class System:
     generate_kwargs: dict = field(default_factory=dict)
 
 
-def build_systems(drafters: dict[str, Any], prompt_lookup: int | None = None, num_speculative_tokens=None) -> list[System]:
+def build_systems(
+    drafters: dict[str, Any], prompt_lookup: int | None = None, num_speculative_tokens=None
+) -> list[System]:
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
@@ -116,7 +122,9 @@ def build_systems(drafters: dict[str, Any], prompt_lookup: int | None = None, nu
             kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
         systems.append(System(name, "drafter", drafter, kwargs))
     if prompt_lookup:
-        systems.append(System("prompt_lookup", "prompt_lookup", None, {"prompt_lookup_num_tokens": int(prompt_lookup)}))
+        systems.append(
+            System("prompt_lookup", "prompt_lookup", None, {"prompt_lookup_num_tokens": int(prompt_lookup)})
+        )
     return systems
 
 
@@ -135,7 +143,10 @@ def _generate(target, system: System, inputs: dict, max_new_tokens: int, tempera
     start = time.perf_counter()
     with torch.inference_mode():
         output = target.generate(
-            **inputs, max_new_tokens=max_new_tokens, pad_token_id=pad_id, **_sampling_kwargs(temperature),
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_id,
+            **_sampling_kwargs(temperature),
             **system.generate_kwargs,
         )
     if device.type == "cuda":
@@ -223,7 +234,10 @@ def run_benchmark(
     head_costs = {}
     for name, drafter in drafters.items():
         head_costs[name] = measure_round_costs(
-            target, drafter, context_length=context_length, num_speculative_tokens=num_speculative_tokens,
+            target,
+            drafter,
+            context_length=context_length,
+            num_speculative_tokens=num_speculative_tokens,
             repeats=timing_repeats,
         )
         head_costs[name]["head_type"] = drafter.config.head_type
@@ -277,8 +291,10 @@ def aggregate(records: list[dict], systems: list[str], temperatures, reference: 
             per_system = {}
             for system in systems:
                 keys = [
-                    k for k in by_key
-                    if k[0] == system and k[1] == temperature
+                    k
+                    for k in by_key
+                    if k[0] == system
+                    and k[1] == temperature
                     and (category == OVERALL or by_key[k][0]["category"] == category)
                 ]
                 medians = [_median_run(by_key[k]) for k in keys]
@@ -286,8 +302,11 @@ def aggregate(records: list[dict], systems: list[str], temperatures, reference: 
                 seconds = sum(m["time_s"] for m in medians)
                 all_stats = [r["stats"] for k in keys for r in by_key[k] if r["stats"] is not None]
                 tau = (
-                    acceptance_length(sum(s["accepted_tokens"] for s in all_stats), sum(s["rounds"] for s in all_stats))
-                    if all_stats else None
+                    acceptance_length(
+                        sum(s["accepted_tokens"] for s in all_stats), sum(s["rounds"] for s in all_stats)
+                    )
+                    if all_stats
+                    else None
                 )
                 per_system[system] = {
                     "system": system,
@@ -509,8 +528,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", action="append", default=[], metavar="PATH", help="drafter folder (repeatable)")
     p.add_argument("--name", action="append", default=None, help="display name per --drafter (default: folder name)")
     p.add_argument("--reference", default=None, help="name of the full-head drafter ρτ and ν refer to")
-    p.add_argument("--prompt-lookup", nargs="?", type=int, const=10, default=None, metavar="N",
-                   help="also benchmark prompt-lookup decoding with N candidate tokens (default 10)")
+    p.add_argument(
+        "--prompt-lookup",
+        nargs="?",
+        type=int,
+        const=10,
+        default=None,
+        metavar="N",
+        help="also benchmark prompt-lookup decoding with N candidate tokens (default 10)",
+    )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
     p.add_argument("--data", default=None, help="question jsonl (default: the shared data of --dataset)")
     p.add_argument("--categories", nargs="+", default=None, help="keep these categories (e.g. mt_bench qa coding)")
@@ -542,8 +568,10 @@ def main(argv: list[str] | None = None) -> int:
     from .targets import load_target
 
     if args.name is not None and len(args.name) != len(args.drafter):
-        print(f"slimspec bench: got {len(args.name)} --name for {len(args.drafter)} --drafter; give one per drafter.",
-              file=sys.stderr)
+        print(
+            f"slimspec bench: got {len(args.name)} --name for {len(args.drafter)} --drafter; give one per drafter.",
+            file=sys.stderr,
+        )
         return 2
     dtype = getattr(torch, args.dtype)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -556,13 +584,28 @@ def main(argv: list[str] | None = None) -> int:
         if name in drafters or name in ("target", "prompt_lookup"):
             name = f"{name}-{i}"
         drafters[name] = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-    logger.info("bench: %d questions × %d systems × %d temperatures × %d repeats", len(questions),
-                1 + len(drafters) + bool(args.prompt_lookup), len(args.temperatures), args.repeats)
+    logger.info(
+        "bench: %d questions × %d systems × %d temperatures × %d repeats",
+        len(questions),
+        1 + len(drafters) + bool(args.prompt_lookup),
+        len(args.temperatures),
+        args.repeats,
+    )
     report = run_benchmark(
-        target, tokenizer, drafters, questions, temperatures=tuple(args.temperatures),
-        max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed, prompt_lookup=args.prompt_lookup,
-        num_speculative_tokens=args.num_speculative_tokens, reference=args.reference,
-        context_length=args.context_length, timing_repeats=args.timing_repeats, dataset=args.dataset,
+        target,
+        tokenizer,
+        drafters,
+        questions,
+        temperatures=tuple(args.temperatures),
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        seed=args.seed,
+        prompt_lookup=args.prompt_lookup,
+        num_speculative_tokens=args.num_speculative_tokens,
+        reference=args.reference,
+        context_length=args.context_length,
+        timing_repeats=args.timing_repeats,
+        dataset=args.dataset,
         progress=not args.no_progress,
     )
     report["config"]["target"] = args.target

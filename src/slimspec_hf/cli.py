@@ -13,7 +13,10 @@ COMMANDS = {
     "bench": ("slimspec_hf.benchmark:main", "Spec-Bench: tokens/s, acceptance length, speed-up, per category"),
     "bench-head": ("slimspec_hf.benchmark_heads:main", "time LM heads (full, low-rank, trimmed) against MAC limits"),
     "choose-rank": ("slimspec_hf.rank_selection:main", "pick the head rank that maximises predicted speed-up"),
-    "convert": ("slimspec_hf.convert:main_convert", "convert an EAGLE-3 drafter (SafeAILab / speculators) to SlimSpec"),
+    "convert": (
+        "slimspec_hf.convert:main_convert",
+        "convert an EAGLE-3 drafter (SafeAILab / speculators) to SlimSpec",
+    ),
     "export": ("slimspec_hf.convert:main_export", "export a SlimSpec drafter to the speculators format (vLLM)"),
     "push": ("slimspec_hf.hub:main", "push a drafter folder to the Hub with its model card"),
 }

@@ -183,7 +183,8 @@ def resolve_norm_before_residual(fmt: str, config: dict, override: bool | None =
         if stored is not None and stored != override:
             logger.warning(
                 "The speculators config says `norm_before_residual: %s`; using the override %s instead.",
-                str(stored).lower(), str(override).lower(),
+                str(stored).lower(),
+                str(override).lower(),
             )
         return override, "--norm-before-residual override"
     if stored is None:
@@ -191,7 +192,7 @@ def resolve_norm_before_residual(fmt: str, config: dict, override: bool | None =
             "The speculators config has no `norm_before_residual`: vLLM reads a missing value as true (residual = "
             "hidden_norm(h)), the speculators library as false (residual = h), so the drafter's forward is "
             "ambiguous. Pass --norm-before-residual true|false (Python: norm_before_residual=...), or add "
-            "`\"norm_before_residual\": false` (or true) to its config.json, whichever it was trained with."
+            '`"norm_before_residual": false` (or true) to its config.json, whichever it was trained with.'
         )
     return stored, "config.json"
 
@@ -216,9 +217,16 @@ def _read_eagle(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
         ids = [int(i) for i in vllm_ids]
         origin = f"eagle_aux_hidden_state_layer_ids {ids} (layer inputs)"
     return _split_weights(
-        path, "eagle", config, layer_config=config, tensors=tensors, layer_prefix="midlayer.",
-        vocab_size=config.get("vocab_size"), draft_vocab_size=config.get("draft_vocab_size"),
-        target_layer_ids=ids, layer_ids_origin=origin,
+        path,
+        "eagle",
+        config,
+        layer_config=config,
+        tensors=tensors,
+        layer_prefix="midlayer.",
+        vocab_size=config.get("vocab_size"),
+        draft_vocab_size=config.get("draft_vocab_size"),
+        target_layer_ids=ids,
+        layer_ids_origin=origin,
     )
 
 
@@ -267,22 +275,41 @@ def _read_speculators(path: str, config: dict, tensors: dict) -> Eagle3Checkpoin
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     ids = [int(i) for i in ids] if ids else None
     origin = (
-        f"eagle_aux_hidden_state_layer_ids {ids} (layer inputs)" if ids
+        f"eagle_aux_hidden_state_layer_ids {ids} (layer inputs)"
+        if ids
         else "EAGLE-3 default: inputs of target layers {2, L//2, L-3}"
     )
     return _split_weights(
-        path, "speculators", config, layer_config=layer_config, tensors=tensors, layer_prefix="layers.0.",
-        vocab_size=layer_config.get("vocab_size"), draft_vocab_size=config.get("draft_vocab_size"),
-        target_layer_ids=ids, layer_ids_origin=origin,
+        path,
+        "speculators",
+        config,
+        layer_config=layer_config,
+        tensors=tensors,
+        layer_prefix="layers.0.",
+        vocab_size=layer_config.get("vocab_size"),
+        draft_vocab_size=config.get("draft_vocab_size"),
+        target_layer_ids=ids,
+        layer_ids_origin=origin,
     )
 
 
-def _split_weights(path, fmt, config, *, layer_config, tensors, layer_prefix, vocab_size, draft_vocab_size,
-                   target_layer_ids, layer_ids_origin) -> Eagle3Checkpoint:
+def _split_weights(
+    path,
+    fmt,
+    config,
+    *,
+    layer_config,
+    tensors,
+    layer_prefix,
+    vocab_size,
+    draft_vocab_size,
+    target_layer_ids,
+    layer_ids_origin,
+) -> Eagle3Checkpoint:
     backbone, unexpected = {}, []
     for key, value in tensors.items():
         if key.startswith(layer_prefix):
-            backbone["layer." + key[len(layer_prefix):]] = value
+            backbone["layer." + key[len(layer_prefix) :]] = value
         elif key in ("fc.weight", "norm.weight"):
             backbone[key] = value
         elif key not in ("lm_head.weight", "d2t", "t2d", "embed_tokens.weight"):
@@ -302,9 +329,16 @@ def _split_weights(path, fmt, config, *, layer_config, tensors, layer_prefix, vo
         )
     token_ids = _draft_token_ids(path, num_rows, vocab_size, tensors.get("d2t"), tensors.get("t2d"))
     return Eagle3Checkpoint(
-        format=fmt, path=path, config=config, layer_config=dict(layer_config), backbone=backbone, lm_head=lm_head,
-        draft_token_ids=token_ids, vocab_size=int(vocab_size) if vocab_size is not None else None,
-        embed_tokens=tensors.get("embed_tokens.weight"), target_layer_ids=target_layer_ids,
+        format=fmt,
+        path=path,
+        config=config,
+        layer_config=dict(layer_config),
+        backbone=backbone,
+        lm_head=lm_head,
+        draft_token_ids=token_ids,
+        vocab_size=int(vocab_size) if vocab_size is not None else None,
+        embed_tokens=tensors.get("embed_tokens.weight"),
+        target_layer_ids=target_layer_ids,
         layer_ids_origin=layer_ids_origin,
     )
 
@@ -327,7 +361,9 @@ def _draft_token_ids(path, num_rows: int, vocab_size, d2t, t2d) -> torch.Tensor:
     token_ids = torch.arange(num_rows) + d2t.long()
     limit = vocab_size if vocab_size is not None else (t2d.shape[0] if t2d is not None else None)
     if int(token_ids.min()) < 0 or (limit is not None and int(token_ids.max()) >= limit):
-        raise ValueError(f"`d2t` maps draft ids to {int(token_ids.min())}..{int(token_ids.max())}, outside [0, {limit}).")
+        raise ValueError(
+            f"`d2t` maps draft ids to {int(token_ids.min())}..{int(token_ids.max())}, outside [0, {limit})."
+        )
     if token_ids.unique().numel() != num_rows:
         raise ValueError("`d2t` maps two draft ids to the same target id.")
     if t2d is not None:
@@ -387,7 +423,10 @@ def _layer_hyperparameters(checkpoint: Eagle3Checkpoint) -> dict:
             raise ValueError(f"{checkpoint.path!r} has no `{_source_name(checkpoint, key)}`.")
     hidden_size = backbone["fc.weight"].shape[0]
     heads, kv_heads = layer.num_attention_heads, layer.num_key_value_heads or layer.num_attention_heads
-    q_rows, k_rows = backbone["layer.self_attn.q_proj.weight"].shape[0], backbone["layer.self_attn.k_proj.weight"].shape[0]
+    q_rows, k_rows = (
+        backbone["layer.self_attn.q_proj.weight"].shape[0],
+        backbone["layer.self_attn.k_proj.weight"].shape[0],
+    )
     if q_rows % heads or k_rows != kv_heads * (q_rows // heads):
         raise ValueError(
             f"`{_source_name(checkpoint, 'layer.self_attn.q_proj.weight')}` has {q_rows} rows and "
@@ -413,7 +452,7 @@ def _layer_hyperparameters(checkpoint: Eagle3Checkpoint) -> dict:
 def _source_name(checkpoint: Eagle3Checkpoint, name: str) -> str:
     if name.startswith("layer."):
         prefix = "midlayer." if checkpoint.format == "eagle" else "layers.0."
-        return prefix + name[len("layer."):]
+        return prefix + name[len("layer.") :]
     return name
 
 
@@ -582,7 +621,9 @@ def prepare_head_finetune(drafter: SlimSpecDrafterForCausalLM, lora_config=None)
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
-        raise ImportError("LoRA fine-tuning needs `peft`: pip install 'slimspec-hf[peft]' (or pip install peft).") from err
+        raise ImportError(
+            "LoRA fine-tuning needs `peft`: pip install 'slimspec-hf[peft]' (or pip install peft)."
+        ) from err
     if not isinstance(lora_config, LoraConfig):
         raise TypeError(f"`lora_config` must be a `peft.LoraConfig`, got {type(lora_config).__name__}.")
     lora_config = copy.deepcopy(lora_config)
@@ -637,8 +678,12 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
     return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, draft_vocab
 
 
-def speculators_config(drafter: SlimSpecDrafterForCausalLM, draft_vocab_size: int, dtype: torch.dtype,
-                       verifier_name_or_path: str | None = None) -> dict:
+def speculators_config(
+    drafter: SlimSpecDrafterForCausalLM,
+    draft_vocab_size: int,
+    dtype: torch.dtype,
+    verifier_name_or_path: str | None = None,
+) -> dict:
     """config.json of the speculators EAGLE-3 format, readable by vLLM (`--speculative-config '{"model": DIR}'`)."""
     cfg = drafter.config
     rope = dict(cfg.rope_parameters or {"rope_type": "default", "rope_theta": 10000.0})
@@ -675,9 +720,7 @@ def speculators_config(drafter: SlimSpecDrafterForCausalLM, draft_vocab_size: in
         "speculators_model_type": "eagle3",
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [
-                {"proposal_type": "greedy", "speculative_tokens": int(cfg.num_speculative_tokens)}
-            ],
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": int(cfg.num_speculative_tokens)}],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier, "architectures": []},
         },
@@ -769,11 +812,20 @@ def main_convert(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", choices=CONVERT_HEAD_TYPES, default="low_rank", help="head type (default low_rank)")
     parser.add_argument("--rank", type=int, default=None, help="rank of the low-rank head (default hidden_size // 8)")
     parser.add_argument("--head-init", choices=HEAD_INITS, default="svd", help="low-rank head init (default svd)")
-    parser.add_argument("--layer-ids", type=int, nargs=3, default=None,
-                        help="target layers as indices into hidden_states (overrides the checkpoint)")
-    parser.add_argument("--norm-before-residual", choices=["true", "false"], default=None,
-                        help="speculators layer variant (residual after hidden_norm); overrides the config, and is "
-                        "required when the config lacks `norm_before_residual`")
+    parser.add_argument(
+        "--layer-ids",
+        type=int,
+        nargs=3,
+        default=None,
+        help="target layers as indices into hidden_states (overrides the checkpoint)",
+    )
+    parser.add_argument(
+        "--norm-before-residual",
+        choices=["true", "false"],
+        default=None,
+        help="speculators layer variant (residual after hidden_norm); overrides the config, and is "
+        "required when the config lacks `norm_before_residual`",
+    )
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="dtype of the saved drafter")
     args = parser.parse_args(argv)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"

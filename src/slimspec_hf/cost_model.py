@@ -134,7 +134,9 @@ def plot_acceptance_cost(
         if p.get("speedup") is not None:
             label += f" (S={float(p['speedup']):.2f})"
         ax.scatter([float(p["nu"])], [float(p["rho_tau"])], zorder=3)
-        ax.annotate(label, (float(p["nu"]), float(p["rho_tau"])), fontsize=8, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(
+            label, (float(p["nu"]), float(p["rho_tau"])), fontsize=8, xytext=(4, 4), textcoords="offset points"
+        )
     ax.set_xlim(0, 1)
     ax.set_ylim(y_low, y_high)
     ax.set_xlabel("ν = T_head / T_head_full (relative head cost)")

@@ -70,7 +70,9 @@ def load_prompts(path: str | os.PathLike, max_prompts: int | None = None) -> lis
     """Reads a prompt file (JSONL with `turns` or `messages` per line) into conversations without answers."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"`--prompts` {path} does not exist; pass a JSONL file such as shared/data/train/*.jsonl.")
+        raise FileNotFoundError(
+            f"`--prompts` {path} does not exist; pass a JSONL file such as shared/data/train/*.jsonl."
+        )
     rows, seen = [], set()
     with open(path, encoding="utf-8") as f:
         for index, line in enumerate(f):
@@ -185,8 +187,10 @@ def regenerate(
         end = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
         return messages[: end + 1]
 
-    first_len = {p["id"]: len(tokenizer(render(first_turn(p["messages"])), add_special_tokens=False)["input_ids"])
-                 for p in pending}
+    first_len = {
+        p["id"]: len(tokenizer(render(first_turn(p["messages"])), add_special_tokens=False)["input_ids"])
+        for p in pending
+    }
     if max_prompt_length is not None:
         kept = [p for p in pending if first_len[p["id"]] <= max_prompt_length]
         stats["too_long"] = len(pending) - len(kept)
@@ -212,8 +216,11 @@ def regenerate(
                 texts = [render(conversations[i]) for i in active]
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
                 torch.manual_seed(seed + batch_start + turn)
-                gen_kwargs = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
-                              "pad_token_id": tokenizer.pad_token_id}
+                gen_kwargs = {
+                    "do_sample": temperature > 0,
+                    "max_new_tokens": max_new_tokens,
+                    "pad_token_id": tokenizer.pad_token_id,
+                }
                 if temperature > 0:
                     gen_kwargs.update(temperature=temperature, top_p=top_p)
                 else:
@@ -230,8 +237,13 @@ def regenerate(
                     text = tokenizer.decode(ids[:length], skip_special_tokens=True)
                     conversations[i].append({"role": "assistant", "content": text})
             for p, conversation, reason in zip(batch, conversations, finish):
-                row = {"id": p["id"], "source": p.get("source"), "category": p.get("category"),
-                       "finish_reason": reason, "messages": conversation}
+                row = {
+                    "id": p["id"],
+                    "source": p.get("source"),
+                    "category": p.get("category"),
+                    "finish_reason": reason,
+                    "messages": conversation,
+                }
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -257,7 +269,9 @@ def load_training_dataset(path: str | os.PathLike):
     if path.is_dir() and (path / DATA_SUBDIR).is_dir():
         rows, cut = _read_shards(path / DATA_SUBDIR)
         if cut:
-            logger.warning("%s: skipped a truncated last line in %d shard(s) (an interrupted prepare-data).", path, cut)
+            logger.warning(
+                "%s: skipped a truncated last line in %d shard(s) (an interrupted prepare-data).", path, cut
+            )
         if not rows:
             raise ValueError(f"`dataset_path` {path} holds no conversations yet; run `slimspec prepare-data` first.")
         rows.sort(key=lambda row: row["id"])  # a fixed order, whatever order the shards were written in
@@ -317,8 +331,9 @@ def tokenize_conversation(tokenizer, messages: list[dict], max_length: int | Non
     return {"input_ids": input_ids, "loss_mask": loss_mask}
 
 
-def prepare_dataset(dataset, tokenizer=None, max_length: int | None = None, num_proc: int | None = None,
-                    name: str = "train_dataset"):
+def prepare_dataset(
+    dataset, tokenizer=None, max_length: int | None = None, num_proc: int | None = None, name: str = "train_dataset"
+):
     """Tokenises a dataset of `messages` (or checks a pre-tokenised one) into `input_ids` + `loss_mask`.
 
     Rows left without an assistant token (after truncation) are dropped with a warning; a dataset without any
@@ -435,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in ("batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
-            print(f"prepare-data: `--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.", file=sys.stderr)
+            print(
+                f"prepare-data: `--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.", file=sys.stderr
+            )
             return 2
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -443,14 +460,29 @@ def main(argv: list[str] | None = None) -> int:
 
     prompts = load_prompts(args.prompts, args.max_prompts)
     out_dir = Path(args.out)
-    _check_run_config(out_dir, {
-        "target": args.target, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-        "top_p": args.top_p, "seed": args.seed, "dtype": args.dtype,
-    })
+    _check_run_config(
+        out_dir,
+        {
+            "target": args.target,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "dtype": args.dtype,
+        },
+    )
     model, tokenizer = load_target(args.target, dtype=getattr(torch, args.dtype), device=args.device)
     stats = regenerate(
-        model, tokenizer, prompts, out_dir, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed, max_prompt_length=args.max_prompt_length,
+        model,
+        tokenizer,
+        prompts,
+        out_dir,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_prompt_length=args.max_prompt_length,
         progress=not args.no_progress,
     )
     rate = stats["new_tokens"] / stats["seconds"] if stats["seconds"] else 0.0

@@ -40,15 +40,19 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_embedded_drafter(args.drafter)
         trained = True
     except FileNotFoundError as err:
-        warnings.warn(f"{err}\nFalling back to an UNTRAINED drafter (SVD of the target's head): expect τ ≈ 1.", stacklevel=2)
+        warnings.warn(
+            f"{err}\nFalling back to an UNTRAINED drafter (SVD of the target's head): expect τ ≈ 1.", stacklevel=2
+        )
         from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 
         drafter = SlimSpecDrafterForCausalLM(SlimSpecDrafterConfig.from_target_config(target.config)).eval()
         drafter.lm_head.init_from_dense(target.lm_head.weight)
         trained = False
     cfg = drafter.config
-    print(f"Drafter: head_type={cfg.head_type} rank={cfg.head_rank} k={cfg.num_speculative_tokens} "
-          f"target_layer_ids={cfg.target_layer_ids}{'' if trained else ' (untrained)'}\n")
+    print(
+        f"Drafter: head_type={cfg.head_type} rank={cfg.head_rank} k={cfg.num_speculative_tokens} "
+        f"target_layer_ids={cfg.target_layer_ids}{'' if trained else ' (untrained)'}\n"
+    )
 
     kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -62,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
             plain.append(timed_generate(target, tokenizer, inputs, **kwargs))
             fast.append(timed_generate(target, tokenizer, inputs, drafter=drafter, **kwargs))
         identical = all(p.text == first.text for p in plain)
-        rows.append((
-            statistics.median(p.tokens_per_second for p in plain),
-            statistics.median(f.tokens_per_second for f in fast),
-            statistics.mean(f.acceptance_length for f in fast),
-            identical,
-        ))
+        rows.append(
+            (
+                statistics.median(p.tokens_per_second for p in plain),
+                statistics.median(f.tokens_per_second for f in fast),
+                statistics.mean(f.acceptance_length for f in fast),
+                identical,
+            )
+        )
         print()
 
     print("| prompt | target alone tok/s | SlimSpec tok/s | speed-up | τ | identical |")
@@ -77,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     plain_all = statistics.mean(r[0] for r in rows)
     fast_all = statistics.mean(r[1] for r in rows)
     tau_all = statistics.mean(r[2] for r in rows)
-    print(f"| mean | {plain_all:.1f} | {fast_all:.1f} | {fast_all / plain_all:.2f}x | {tau_all:.2f} | "
-          f"{all(r[3] for r in rows)} |")
+    print(
+        f"| mean | {plain_all:.1f} | {fast_all:.1f} | {fast_all / plain_all:.2f}x | {tau_all:.2f} | "
+        f"{all(r[3] for r in rows)} |"
+    )
     return 0
 
 

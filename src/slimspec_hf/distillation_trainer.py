@@ -103,8 +103,15 @@ class SlimSpecTTTModel(nn.Module):
 
         params = [*drafter.norm.parameters(), *([] if isinstance(head, TargetHead) else head.parameters())]
         return ttt_kl_loss(
-            student, teacher, valid, student_head, self.teacher_logits, self.step_weights,
-            chunk_size=self.kl_chunk_size, params=params, compact_ids=compact_ids,
+            student,
+            teacher,
+            valid,
+            student_head,
+            self.teacher_logits,
+            self.step_weights,
+            chunk_size=self.kl_chunk_size,
+            params=params,
+            compact_ids=compact_ids,
         )
 
 
@@ -268,8 +275,11 @@ class SlimSpecTrainer(Trainer):
         for start in range(0, len(indices), batch_size):
             rows = [dataset[i] for i in indices[start : start + batch_size]]
             batch = collator(rows)
-            missing = [i for i, key in enumerate(batch["feature_key"])
-                       if not (self._cache_root / key[:2] / f"{key}.safetensors").is_file()]
+            missing = [
+                i
+                for i, key in enumerate(batch["feature_key"])
+                if not (self._cache_root / key[:2] / f"{key}.safetensors").is_file()
+            ]
             if missing:
                 sub = collator([rows[i] for i in missing])
                 ids = sub["input_ids"].to(self.args.device)
@@ -289,8 +299,11 @@ class SlimSpecTrainer(Trainer):
         mode = "train" if self.model.training else "eval"
         features, final_hidden = self._target_states(inputs)
         out = model(
-            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], loss_mask=inputs["loss_mask"],
-            features=features, final_hidden=final_hidden,
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            loss_mask=inputs["loss_mask"],
+            features=features,
+            final_hidden=final_hidden,
         )
         metrics = self._metrics[mode]
         metrics["kl_sum"].append(out.step_kl.detach() * out.step_count)
@@ -411,8 +424,9 @@ def target_hidden_second_moment(target, dataset, num_tokens: int, batch_size: in
     seen = 0
     for start in range(0, len(dataset), batch_size):
         batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        out = backbone(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                       use_cache=False)
+        out = backbone(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), use_cache=False
+        )
         # The head reads the state at s to predict x_{s+1}: keep s where x_{s+1} is an assistant token.
         labels = (batch["loss_mask"].bool() & batch["attention_mask"].bool()).to(device)
         mask = torch.zeros_like(labels)
@@ -484,7 +498,9 @@ def _apply_peft(model, peft_config):
     try:
         from peft import PeftConfig, get_peft_model
     except ImportError as error:
-        raise ImportError("`peft_config` needs PEFT: pip install 'slimspec-hf[peft]' (or pip install peft).") from error
+        raise ImportError(
+            "`peft_config` needs PEFT: pip install 'slimspec-hf[peft]' (or pip install peft)."
+        ) from error
     if not isinstance(peft_config, PeftConfig):
         raise TypeError(f"`peft_config` must be a `peft.PeftConfig`, got {type(peft_config).__name__}.")
     import copy
@@ -495,7 +511,8 @@ def _apply_peft(model, peft_config):
         peft_config.target_modules = backbone
     else:
         names = (
-            {peft_config.target_modules} if isinstance(peft_config.target_modules, str)
+            {peft_config.target_modules}
+            if isinstance(peft_config.target_modules, str)
             else set(peft_config.target_modules)
         )
         if names & {"lm_head", "up", "down"}:
@@ -536,7 +553,10 @@ def _write_features(path: Path, features: torch.Tensor, final: torch.Tensor) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     save_file(
-        {"features": features.to(torch.bfloat16).contiguous().cpu(), "final": final.to(torch.bfloat16).contiguous().cpu()},
+        {
+            "features": features.to(torch.bfloat16).contiguous().cpu(),
+            "final": final.to(torch.bfloat16).contiguous().cpu(),
+        },
         str(tmp),
     )
     os.replace(tmp, path)

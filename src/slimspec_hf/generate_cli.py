@@ -73,8 +73,11 @@ def profile_generation(target, tokenizer, inputs: dict, drafter, **generate_kwar
     Returns per-round and per-step milliseconds; rounds = target forwards (the prefill included).
     """
     totals: dict = {}
-    with _timed_forward(target, totals, "target"), _timed_forward(drafter, totals, "drafter"), \
-            _timed_forward(drafter.lm_head, totals, "head"):
+    with (
+        _timed_forward(target, totals, "target"),
+        _timed_forward(drafter, totals, "drafter"),
+        _timed_forward(drafter.lm_head, totals, "head"),
+    ):
         result = timed_generate(target, tokenizer, inputs, drafter=drafter, **generate_kwargs)
     target_s, target_calls = totals["target"]
     drafter_s, drafter_calls = totals["drafter"]
@@ -93,21 +96,26 @@ def profile_generation(target, tokenizer, inputs: dict, drafter, **generate_kwar
         "drafter_ms_per_step": 1e3 * drafter_s / max(drafter_calls, 1),
         "head_ms_per_step": 1e3 * head_s / max(drafter_calls, 1),
         "other_ms_per_round": 1e3 * other_s / rounds,
-        "share": {"target": target_s / result.seconds, "drafter": drafter_s / result.seconds,
-                  "other": other_s / result.seconds},
+        "share": {
+            "target": target_s / result.seconds,
+            "drafter": drafter_s / result.seconds,
+            "other": other_s / result.seconds,
+        },
     }
 
 
 def format_profile(profile: dict) -> str:
     p = profile
-    return "\n".join([
-        f"[profile] {p['rounds']} target forwards (prefill included), {p['drafter_steps']} drafter forwards",
-        f"[profile] per round: target verification {p['target_ms_per_round']:.1f} ms, drafter "
-        f"{p['drafter_ms_per_round']:.1f} ms, other (generate loop + generator Python) {p['other_ms_per_round']:.1f} ms",
-        f"[profile] per drafter forward: {p['drafter_ms_per_step']:.2f} ms, of which head {p['head_ms_per_step']:.2f} ms",
-        f"[profile] time shares: target {p['share']['target']:.0%}, drafter {p['share']['drafter']:.0%}, "
-        f"other {p['share']['other']:.0%}",
-    ])
+    return "\n".join(
+        [
+            f"[profile] {p['rounds']} target forwards (prefill included), {p['drafter_steps']} drafter forwards",
+            f"[profile] per round: target verification {p['target_ms_per_round']:.1f} ms, drafter "
+            f"{p['drafter_ms_per_round']:.1f} ms, other (generate loop + generator Python) {p['other_ms_per_round']:.1f} ms",
+            f"[profile] per drafter forward: {p['drafter_ms_per_step']:.2f} ms, of which head {p['head_ms_per_step']:.2f} ms",
+            f"[profile] time shares: target {p['share']['target']:.0%}, drafter {p['share']['drafter']:.0%}, "
+            f"other {p['share']['other']:.0%}",
+        ]
+    )
 
 
 def sampling_kwargs(args) -> dict:
@@ -131,8 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--num-assistant-tokens", type=int, default=None, help="draft length k (default: config)")
     parser.add_argument("--compare", action="store_true", help="also run the target alone; print tokens/s and τ")
-    parser.add_argument("--profile", action="store_true",
-                        help="rerun once split into target verification, drafter steps (head/rest) and overhead")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="rerun once split into target verification, drafter steps (head/rest) and overhead",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -155,15 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     fast = timed_generate(target, tokenizer, inputs, drafter=drafter, streamer=streamer, **kwargs)
-    print(f"\n[slimspec] {fast.new_tokens} tokens in {fast.seconds:.2f} s = {fast.tokens_per_second:.1f} tokens/s, "
-          f"acceptance length τ = {fast.acceptance_length:.2f}")
+    print(
+        f"\n[slimspec] {fast.new_tokens} tokens in {fast.seconds:.2f} s = {fast.tokens_per_second:.1f} tokens/s, "
+        f"acceptance length τ = {fast.acceptance_length:.2f}"
+    )
     if args.compare:
         torch.manual_seed(args.seed)
         plain = timed_generate(target, tokenizer, inputs, **kwargs)
-        print(f"[target alone] {plain.new_tokens} tokens in {plain.seconds:.2f} s = "
-              f"{plain.tokens_per_second:.1f} tokens/s")
-        print(f"[speed-up] {fast.tokens_per_second / plain.tokens_per_second:.2f}x"
-              + ("  (identical text)" if plain.text == fast.text else ""))
+        print(
+            f"[target alone] {plain.new_tokens} tokens in {plain.seconds:.2f} s = "
+            f"{plain.tokens_per_second:.1f} tokens/s"
+        )
+        print(
+            f"[speed-up] {fast.tokens_per_second / plain.tokens_per_second:.2f}x"
+            + ("  (identical text)" if plain.text == fast.text else "")
+        )
     if args.profile:
         torch.manual_seed(args.seed)
         print(format_profile(profile_generation(target, tokenizer, inputs, drafter, **kwargs)))

@@ -760,7 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the stored login)")
     parser.add_argument("--commit-message", default=None)
     parser.add_argument(
-        "--results", default=None,
+        "--results",
+        default=None,
         help="JSON file of measured results (model-index), or a `slimspec bench` results.json[#DRAFTER_NAME]",
     )
     parser.add_argument("--recipe", default=None, help="YAML training recipe to describe in the card")

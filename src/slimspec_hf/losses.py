@@ -90,8 +90,18 @@ class _FusedHeadKL(torch.autograd.Function):
     """Runs head + KL chunk by chunk and computes each chunk's gradient at once, keeping only (S, N, d) grads."""
 
     @staticmethod
-    def forward(ctx, student_hidden, teacher_hidden, valid, weights, student_head, teacher_head, compact_ids,
-                chunk_size, *params):
+    def forward(
+        ctx,
+        student_hidden,
+        teacher_hidden,
+        valid,
+        weights,
+        student_head,
+        teacher_head,
+        compact_ids,
+        chunk_size,
+        *params,
+    ):
         num_steps, num_rows = valid.shape
         counts = valid.sum(-1)  # (S,)
         scale = weights.to(student_hidden.device) / counts.clamp(min=1)  # (S,): mean over rows, weighted per step
@@ -129,7 +139,14 @@ class _FusedHeadKL(torch.autograd.Function):
     def backward(ctx, grad_loss, *unused):
         grad_hidden, *grad_params = ctx.saved_tensors
         return (
-            grad_hidden * grad_loss.to(grad_hidden.dtype), None, None, None, None, None, None, None,
+            grad_hidden * grad_loss.to(grad_hidden.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
             *[g * grad_loss.to(g.dtype) for g in grad_params],
         )
 
@@ -173,8 +190,15 @@ def ttt_kl_loss(
     needs_grad = torch.is_grad_enabled() and (student_hidden.requires_grad or bool(params))
     if needs_grad:
         loss, step_kl, correct, counts = _FusedHeadKL.apply(
-            student_hidden, teacher_hidden.detach(), valid, weights, student_head, teacher_head, compact_ids,
-            chunk_size, *params,
+            student_hidden,
+            teacher_hidden.detach(),
+            valid,
+            weights,
+            student_head,
+            teacher_head,
+            compact_ids,
+            chunk_size,
+            *params,
         )
         return TTTLossOutput(loss, step_kl, correct, counts)
     with torch.no_grad():
@@ -190,7 +214,10 @@ def ttt_kl_loss(
                 if local.numel() == 0:
                     continue
                 kl, hit = _chunk_kl(
-                    student_head, student_hidden[k, start + local], teacher_logp[local], teacher_top1[local],
+                    student_head,
+                    student_hidden[k, start + local],
+                    teacher_logp[local],
+                    teacher_top1[local],
                     compact_ids,
                 )
                 kl_sum[k] += kl.sum()

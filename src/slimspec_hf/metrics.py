@@ -73,7 +73,9 @@ def kappa(t_head_full: float, t_non_head: float, num_speculative_tokens: int = 1
 def nu_macs(rank: int, hidden_size: int, vocab_size: int) -> float:
     """ν of a rank-r head counted in multiply–accumulates, r·(d + V) / (d·V): the memory-bound limit."""
     if not 0 < rank <= min(hidden_size, vocab_size):
-        raise ValueError(f"`rank` ({rank}) must lie in (0, min(hidden_size, vocab_size) = {min(hidden_size, vocab_size)}].")
+        raise ValueError(
+            f"`rank` ({rank}) must lie in (0, min(hidden_size, vocab_size) = {min(hidden_size, vocab_size)}]."
+        )
     return rank * (hidden_size + vocab_size) / (hidden_size * vocab_size)
 
 

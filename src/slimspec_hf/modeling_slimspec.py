@@ -378,9 +378,13 @@ class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
         elif isinstance(module, LlamaRMSNorm):
             nn.init.ones_(module.weight)
         elif isinstance(module, LlamaRotaryEmbedding):
-            inv_freq, _ = module.compute_default_rope_parameters(module.config) if module.rope_type == "default" else (
-                module.inv_freq,
-                None,
+            inv_freq, _ = (
+                module.compute_default_rope_parameters(module.config)
+                if module.rope_type == "default"
+                else (
+                    module.inv_freq,
+                    None,
+                )
             )
             module.inv_freq.copy_(inv_freq)
             module.original_inv_freq.copy_(inv_freq)
@@ -462,7 +466,9 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         """Like `PreTrainedModel.save_pretrained`, but files are written to a temporary folder first and then
         moved into place one by one, so an interrupted save never leaves a half-written file behind."""
         if kwargs.get("safe_serialization") is False:
-            raise ValueError("`safe_serialization=False` is not supported: SlimSpec drafters are saved as safetensors.")
+            raise ValueError(
+                "`safe_serialization=False` is not supported: SlimSpec drafters are saved as safetensors."
+            )
         kwargs.pop("safe_serialization", None)
         if kwargs.get("push_to_hub"):
             return super().save_pretrained(save_directory, *args, **kwargs)  # uploads right after saving
@@ -558,9 +564,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         if logits_to_keep >= 0:
             kept = out if logits_to_keep == 0 else out[:, -logits_to_keep:]
             logits = self.compute_logits(kept)
-        return SlimSpecDrafterOutput(
-            logits=logits, hidden_states=out, cache=cache if use_cache else None
-        )
+        return SlimSpecDrafterOutput(logits=logits, hidden_states=out, cache=cache if use_cache else None)
 
     # -- training-time test ------------------------------------------------------------------------------------
     def ttt_step(
@@ -731,8 +735,13 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
 
     @torch.no_grad()
     def get_candidates(
-        self, input_ids: torch.LongTensor, model_kwargs=None, model_outputs=None, is_first_iteration=False,
-        n_last_matches: int = 0, **kwargs
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs=None,
+        model_outputs=None,
+        is_first_iteration=False,
+        n_last_matches: int = 0,
+        **kwargs,
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
         self._drafted_this_round = 0
         if is_first_iteration:
@@ -761,8 +770,13 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
 
         self.cache.crop(self.committed)
         out = drafter(
-            input_ids=tokens, hidden_states=features, position_ids=positions, attention_mask=attention_mask,
-            cache=self.cache, use_cache=True, logits_to_keep=1,
+            input_ids=tokens,
+            hidden_states=features,
+            position_ids=positions,
+            attention_mask=attention_mask,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         self.committed += n_new
 
@@ -788,12 +802,19 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             step_mask = None
             if attention_mask is not None:
                 step_mask = torch.cat(
-                    [attention_mask, attention_mask.new_ones((1, self.cache.get_seq_length() + 1 - attention_mask.shape[1]))],
+                    [
+                        attention_mask,
+                        attention_mask.new_ones((1, self.cache.get_seq_length() + 1 - attention_mask.shape[1])),
+                    ],
                     dim=-1,
                 )
             out = drafter(
-                input_ids=token.to(drafter.device), hidden_states=state, position_ids=last_position + i + 1,
-                attention_mask=step_mask, cache=self.cache, use_cache=True,
+                input_ids=token.to(drafter.device),
+                hidden_states=state,
+                position_ids=last_position + i + 1,
+                attention_mask=step_mask,
+                cache=self.cache,
+                use_cache=True,
             )
             logits = out.logits[:, -1].float()
             state = out.hidden_states
@@ -875,12 +896,30 @@ def install_generation_hook() -> None:
     if getattr(original, "_slimspec_hook", False):
         return
 
-    def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor,
-                                 model_kwargs, assistant_model=None, *args, **kwargs):
+    def _get_candidate_generator(
+        self,
+        generation_config,
+        input_ids,
+        inputs_tensor,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        *args,
+        **kwargs,
+    ):
         if assistant_model is not None and _is_slimspec_drafter(assistant_model):
             return assistant_model.make_candidate_generator(self, generation_config, logits_processor, input_ids)
-        return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
-                        assistant_model, *args, **kwargs)
+        return original(
+            self,
+            generation_config,
+            input_ids,
+            inputs_tensor,
+            logits_processor,
+            model_kwargs,
+            assistant_model,
+            *args,
+            **kwargs,
+        )
 
     _get_candidate_generator._slimspec_hook = True
     _get_candidate_generator.__wrapped__ = original
@@ -913,7 +952,6 @@ def install_generation_hook() -> None:
 
     _validate_generation_mode.__wrapped__ = original_validate
     GenerationMixin._validate_generation_mode = _validate_generation_mode
-
 
 
 install_generation_hook()

