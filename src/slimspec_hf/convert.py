@@ -615,15 +615,13 @@ def prepare_head_finetune(drafter: SlimSpecDrafterForCausalLM, lora_config=None)
     returned is the `PeftModel`; the head stays fully trainable. The caller's config is never modified.
     """
     if lora_config is None:
-        for name, param in drafter.named_parameters():
-            param.requires_grad_(name.startswith("lm_head."))
-        return drafter
+        from .distillation_trainer import freeze_backbone
+
+        return freeze_backbone(drafter)
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
-        raise ImportError(
-            "LoRA fine-tuning needs `peft`: pip install 'slimspec-hf[peft]' (or pip install peft)."
-        ) from err
+        raise ImportError("LoRA fine-tuning needs `peft`, a dependency of slimspec-hf: pip install peft") from err
     if not isinstance(lora_config, LoraConfig):
         raise TypeError(f"`lora_config` must be a `peft.LoraConfig`, got {type(lora_config).__name__}.")
     lora_config = copy.deepcopy(lora_config)

@@ -198,8 +198,7 @@ class SlimSpecTrainer(Trainer):
                     "`freeze_backbone=True` trains only the head; it cannot be combined with `peft_config` (LoRA on "
                     "the backbone). Choose one."
                 )
-            for name, param in model.named_parameters():
-                param.requires_grad_(name.startswith("lm_head."))
+            freeze_backbone(model)
         if peft_config is not None:
             model = _apply_peft(model, peft_config)
 
@@ -494,12 +493,19 @@ def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -
             drafter.norm.weight.copy_(target_norm.weight.float())
 
 
+def freeze_backbone(drafter: SlimSpecDrafterForCausalLM) -> SlimSpecDrafterForCausalLM:
+    """Leaves only the LM head trainable (head-only fine-tunes, e.g. of converted drafters)."""
+    for name, param in drafter.named_parameters():
+        param.requires_grad_(name.startswith("lm_head."))
+    return drafter
+
+
 def _apply_peft(model, peft_config):
     try:
         from peft import PeftConfig, get_peft_model
     except ImportError as error:
         raise ImportError(
-            "`peft_config` needs PEFT: pip install 'slimspec-hf[peft]' (or pip install peft)."
+            "`peft_config` needs PEFT, a dependency of slimspec-hf: pip install peft"
         ) from error
     if not isinstance(peft_config, PeftConfig):
         raise TypeError(f"`peft_config` must be a `peft.PeftConfig`, got {type(peft_config).__name__}.")
