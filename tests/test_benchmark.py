@@ -173,7 +173,8 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
 
 
 def test_greedy_records_same_tokens_for_every_system(tmp_path):
-    """Greedy speculative decoding is lossless: every system generates the same number of tokens per question."""
+    """Greedy speculative decoding is lossless: every system (confidence-stopped drafting too) generates the same
+    number of tokens per question."""
     from slimspec_hf.benchmark import run_benchmark
 
     target = make_tiny_target(eos_token_id=1)
@@ -187,10 +188,12 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
         temperatures=(0.0,),
         max_new_tokens=10,
         prompt_lookup=2,
+        confidence_thresholds=(0.5,),
         context_length=8,
         timing_repeats=1,
         progress=False,
     )
+    assert report["config"]["systems"] == ["target", "low", "low@p0.5", "prompt_lookup"]
     by_question = {}
     for r in report["records"]:
         by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])

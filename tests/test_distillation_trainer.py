@@ -427,3 +427,16 @@ def test_two_process_training_under_accelerate(tmp_path):
     assert (tmp_path / "ddp" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "ddp" / "checkpoint-3" / "trainer_state.json").read_text())
     assert any("acc_0" in h for h in state["log_history"])
+
+
+def test_max_samples_draws_a_seeded_random_subset(tmp_path):
+    target = peaked_target()
+    rows = tiny_rows(24)
+    picked = []
+    for seed in (0, 0, 1):
+        args = tiny_args(tmp_path, max_samples=6, data_seed=seed, max_steps=1)
+        trainer = SlimSpecTrainer(args=args, target=target, train_dataset=rows)
+        picked.append([tuple(r["input_ids"]) for r in trainer.train_dataset])
+    first_six = [tuple(r["input_ids"]) for r in rows.select(range(6))]
+    assert len(picked[0]) == 6 and picked[0] == picked[1]  # deterministic for a seed
+    assert picked[0] != first_six and picked[0] != picked[2]  # random, not the (length-sorted) head of the file

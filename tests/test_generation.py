@@ -134,6 +134,71 @@ def test_num_speculative_tokens_default_and_override():
     assert len(drafter.last_generation_stats.drafted_per_position) == 2
 
 
+class HesitantCountingDrafter(CountingDrafter):
+    """Always right (`token + 1`), but unsure (p ≈ 0.05) of the tokens that follow multiples of 5."""
+
+    wrong_every = 10_000
+
+    def forward(self, input_ids=None, **kwargs):
+        out = super().forward(input_ids=input_ids, **kwargs)
+        ids = input_ids[:, -out.logits.shape[1] :]
+        unsure = (ids % 5 == 0)[..., None]
+        out.logits = torch.where(unsure, out.logits / 10, out.logits)  # 20 -> 2: p = e^2 / (e^2 + 127)
+        return out
+
+
+def _drafted_per_round(drafter):
+    stats = drafter.last_generation_stats
+    return stats.drafted_tokens / stats.rounds
+
+
+def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
+    from slimspec_hf import SlimSpecDrafterConfig
+
+    target = make_counting_target()
+    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
+    drafter = HesitantCountingDrafter(config).eval().attach_target(target)
+    ids = torch.tensor([[7, 8]])
+    plain = target.generate(ids, max_new_tokens=60, do_sample=False)
+
+    fixed = target.generate(ids, max_new_tokens=60, do_sample=False, assistant_model=drafter)
+    assert fixed.tolist() == plain.tolist()
+    fixed_rate = _drafted_per_round(drafter)
+    assert fixed_rate > 5.5  # always k = 6 (but for the last, length-bounded round)
+
+    early = target.generate(
+        ids, max_new_tokens=60, do_sample=False, assistant_model=drafter, assistant_confidence_threshold=0.5
+    )
+    assert early.tolist() == plain.tolist()
+    stats = drafter.last_generation_stats
+    # every round ends at the first token after a multiple of 5: at most 5 drafted, all of them accepted
+    assert max(len(stats.drafted_per_position), 0) <= 5
+    assert stats.accepted_tokens == stats.drafted_tokens
+    assert _drafted_per_round(drafter) < fixed_rate - 1
+
+    # the config field is the default; an explicit generate() argument wins over it
+    drafter.config.draft_confidence_threshold = 0.5
+    target.generate(ids, max_new_tokens=60, do_sample=False, assistant_model=drafter)
+    assert _drafted_per_round(drafter) < fixed_rate - 1
+    target.generate(
+        ids, max_new_tokens=60, do_sample=False, assistant_model=drafter, assistant_confidence_threshold=0.0
+    )
+    assert _drafted_per_round(drafter) == pytest.approx(fixed_rate)
+
+
+def test_confidence_threshold_is_validated():
+    from slimspec_hf import SlimSpecDrafterConfig
+
+    target = make_counting_target()
+    with pytest.raises(ValueError, match="draft_confidence_threshold"):
+        SlimSpecDrafterConfig.from_target_config(target.config, draft_confidence_threshold=1.5)
+    drafter = make_counting_drafter(target)
+    with pytest.raises(ValueError, match="assistant_confidence_threshold"):
+        target.generate(
+            torch.tensor([[1, 2]]), max_new_tokens=5, assistant_model=drafter, assistant_confidence_threshold=-0.1
+        )
+
+
 def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
     target = make_tiny_target(seed=5)
     drafter = make_drafter_for(target, "low_rank")

@@ -113,14 +113,22 @@ class System:
 
 
 def build_systems(
-    drafters: dict[str, Any], prompt_lookup: int | None = None, num_speculative_tokens=None
+    drafters: dict[str, Any],
+    prompt_lookup: int | None = None,
+    num_speculative_tokens=None,
+    confidence_thresholds: tuple[float, ...] = (),
 ) -> list[System]:
+    """The target alone, each drafter (and, per confidence threshold, the same drafter stopping its rounds early
+    at the first drafted token it gives less than that probability), and optionally prompt lookup."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
         if num_speculative_tokens:
             kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
         systems.append(System(name, "drafter", drafter, kwargs))
+        for threshold in confidence_thresholds:
+            variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
+            systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant))
     if prompt_lookup:
         systems.append(
             System("prompt_lookup", "prompt_lookup", None, {"prompt_lookup_num_tokens": int(prompt_lookup)})
@@ -170,6 +178,7 @@ def run_benchmark(
     seed: int = 0,
     prompt_lookup: int | None = None,
     num_speculative_tokens: int | None = None,
+    confidence_thresholds: tuple[float, ...] = (),
     reference: str | None = None,
     context_length: int = 256,
     timing_repeats: int = 20,
@@ -193,7 +202,7 @@ def run_benchmark(
         reference = next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
     elif reference not in drafters:
         raise ValueError(f"`reference` ({reference!r}) is not one of the drafters: {list(drafters)}.")
-    systems = build_systems(drafters, prompt_lookup, num_speculative_tokens)
+    systems = build_systems(drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_prompt(tokenizer, q["prompt"]) for q in questions]
 
@@ -545,6 +554,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     p.add_argument("--repeats", type=int, default=1, help="runs per question and system; the median time is kept")
     p.add_argument("--num-speculative-tokens", "-k", type=int, default=None, help="override the drafters' k")
+    p.add_argument(
+        "--confidence-threshold",
+        type=float,
+        nargs="+",
+        default=[],
+        metavar="P",
+        help="also run each drafter with assistant_confidence_threshold=P (rows named NAME@pP)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
     p.add_argument("--timing-repeats", type=int, default=20)
@@ -602,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         prompt_lookup=args.prompt_lookup,
         num_speculative_tokens=args.num_speculative_tokens,
+        confidence_thresholds=tuple(args.confidence_threshold),
         reference=args.reference,
         context_length=args.context_length,
         timing_repeats=args.timing_repeats,

@@ -37,6 +37,10 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
         draft_vocab_size (`int`): number K of kept tokens of the trimmed head.
         norm_before_residual (`bool`): take the layer's residual after `hidden_norm` (speculators variant).
         num_speculative_tokens (`int`): tokens drafted per round (k).
+        draft_confidence_threshold (`float`, *optional*): end a round's drafting early, after the first drafted
+            token whose probability under the drafter is below this value (fewer tokens to verify where the
+            drafter is unsure). `None` (the default, as in the paper) always drafts `num_speculative_tokens`.
+            `generate(..., assistant_confidence_threshold=x)` overrides it for one call. Lossless either way.
         target_model_name_or_path (`str`): the target the drafter was trained for.
     """
 
@@ -69,6 +73,7 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
     norm_before_residual: bool = False
     # drafting
     num_speculative_tokens: int = 6
+    draft_confidence_threshold: float | None = None
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -119,6 +124,12 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
                         f"`target_layer_ids` {ids} has {bad} outside [0, target_num_hidden_layers = "
                         f"{self.target_num_hidden_layers}] (indices into `outputs.hidden_states`, 0 = embeddings)."
                     )
+        threshold = self.draft_confidence_threshold
+        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 <= threshold < 1.0):
+            raise ValueError(
+                f"`draft_confidence_threshold` must be None or a probability in [0, 1), got {threshold!r}; "
+                "e.g. 0.3 stops drafting after the first token the drafter gives less than 30%."
+            )
         if self.num_speculative_tokens < 1:
             raise ValueError(f"`num_speculative_tokens` ({self.num_speculative_tokens}) must be at least 1.")
         if self.hidden_size % self.num_attention_heads != 0 and self.head_dim * self.num_attention_heads == 0:

@@ -62,7 +62,9 @@ class SlimSpecConfig(TrainingArguments):
         },
     )
     eval_dataset_path: str | None = field(default=None, metadata={"help": "Optional evaluation data, same format."})
-    max_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
+    max_samples: int | None = field(
+        default=None, metadata={"help": "Use only N training examples, drawn at random with `data_seed` (or `seed`)."}
+    )
     max_length: int | None = field(
         default=2048, metadata={"help": "Truncate tokenised conversations to this many tokens (None: no limit)."}
     )

@@ -172,7 +172,11 @@ class SlimSpecTrainer(Trainer):
         if train_dataset is not None:
             train_dataset = prepare_dataset(train_dataset, processing_class, args.max_length, args.dataset_num_proc)
             if args.max_samples is not None:
-                train_dataset = train_dataset.select(range(min(args.max_samples, len(train_dataset))))
+                # a random subset: `prepare-data` writes rows longest prompt first, so "the first N" would be biased
+                seed = args.data_seed if args.data_seed is not None else args.seed
+                train_dataset = train_dataset.shuffle(seed=seed).select(
+                    range(min(args.max_samples, len(train_dataset)))
+                )
         if eval_dataset is not None:
             eval_dataset = prepare_dataset(
                 eval_dataset, processing_class, args.max_length, args.dataset_num_proc, name="eval_dataset"
@@ -504,9 +508,7 @@ def _apply_peft(model, peft_config):
     try:
         from peft import PeftConfig, get_peft_model
     except ImportError as error:
-        raise ImportError(
-            "`peft_config` needs PEFT, a dependency of slimspec-hf: pip install peft"
-        ) from error
+        raise ImportError("`peft_config` needs PEFT, a dependency of slimspec-hf: pip install peft") from error
     if not isinstance(peft_config, PeftConfig):
         raise TypeError(f"`peft_config` must be a `peft.PeftConfig`, got {type(peft_config).__name__}.")
     import copy

@@ -434,7 +434,8 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
         """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
 
-        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`.
+        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`, and
+        `assistant_confidence_threshold` its `draft_confidence_threshold`.
         """
         if input_ids is not None and input_ids.shape[0] != 1:
             raise ValueError(
@@ -443,8 +444,17 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             )
         explicit = getattr(generation_config, "_slimspec_explicit_k", True)
         k = generation_config.num_assistant_tokens if explicit else None
+        threshold = self.config.draft_confidence_threshold
+        if getattr(generation_config, "_slimspec_explicit_threshold", False):
+            threshold = generation_config.assistant_confidence_threshold
         return SlimSpecCandidateGenerator(
-            self, target, generation_config, logits_processor, num_speculative_tokens=k, validate=False
+            self,
+            target,
+            generation_config,
+            logits_processor,
+            num_speculative_tokens=k,
+            confidence_threshold=threshold,
+            validate=False,
         )
 
     def tie_weights(self, *args, **kwargs):
@@ -711,6 +721,7 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         generation_config,
         logits_processor=None,
         num_speculative_tokens: int | None = None,
+        confidence_threshold: float | None = None,
         validate: bool = True,
     ):
         if validate:  # generate() validated the pairing already (see install_generation_hook)
@@ -722,6 +733,11 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         wants_all = bool(getattr(generation_config, "output_hidden_states", False))
         self.model_kwargs_overrides = {"output_hidden_states": True if wants_all else self.layer_ids}
         self.num_speculative_tokens = int(num_speculative_tokens or drafter.config.num_speculative_tokens)
+        if confidence_threshold is not None and not 0.0 <= float(confidence_threshold) < 1.0:
+            raise ValueError(
+                f"`assistant_confidence_threshold` must be a probability in [0, 1), got {confidence_threshold!r}."
+            )
+        self.confidence_threshold = None if confidence_threshold is None else float(confidence_threshold)
         self.max_length = generation_config.max_length
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
@@ -799,6 +815,9 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             candidate_ids = torch.cat([candidate_ids, token.to(candidate_ids.device)], dim=-1)
             if i == budget - 1 or int(token) in self.eos_token_ids:
                 break
+            if self.confidence_threshold is not None:  # unsure of this token: verify what we have
+                if float(torch.softmax(logits, dim=-1)[0, token[0, 0]]) < self.confidence_threshold:
+                    break
             step_mask = None
             if attention_mask is not None:
                 step_mask = torch.cat(
@@ -935,6 +954,9 @@ def install_generation_hook() -> None:
             getattr(c, "num_assistant_tokens", None) is not None for c in (generation_config, self.generation_config)
         )
         config._slimspec_explicit_k = explicit
+        # transformers' GenerationConfig defaults this to 0.4 for its own assistants; SlimSpec drafters honour
+        # it only when the caller passes it (otherwise the drafter config's `draft_confidence_threshold`).
+        config._slimspec_explicit_threshold = "assistant_confidence_threshold" in kwargs
         return config, model_kwargs
 
     _prepare_generation_config.__wrapped__ = original_prepare
