@@ -26,16 +26,19 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+SIDE_BY_SIDE = (
+    "config_cpu.yaml",
+    "config_full_head.yaml",
+    "config_trimmed.yaml",
+    "config_target_head.yaml",
+    "config_rank36.yaml",
+    "config_rank144.yaml",
+)
+
+
 def test_expected_recipes_exist():
     names = {p.name for p in SMOLLM2.glob("config_*.yaml")}
-    assert {
-        "config_cpu.yaml",
-        "config_full_head.yaml",
-        "config_trimmed.yaml",
-        "config_target_head.yaml",
-        "config_rank36.yaml",
-        "config_rank144.yaml",
-    } <= names
+    assert set(SIDE_BY_SIDE) | {"config_embedded_v1.yaml"} <= names
     for target in ("llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b", "smollm2-135m-instruct"):
         assert (RECIPES / target / "README.md").is_file()
         assert list((RECIPES / target / "slimspec").glob("config_*.yaml"))
@@ -53,13 +56,22 @@ def test_recipe_parses(path):
 def test_smollm2_variants_differ_only_in_the_head():
     head_keys = {"head_type", "head_rank", "head_init", "draft_vocab_size", "output_dir"}
     base = yaml.safe_load((SMOLLM2 / "config_cpu.yaml").read_text())
-    for path in SMOLLM2.glob("config_*.yaml"):
+    for name in SIDE_BY_SIDE:
+        path = SMOLLM2 / name
         other = yaml.safe_load(path.read_text())
         differing = {k for k in set(base) | set(other) if base.get(k) != other.get(k)}
         assert differing <= head_keys, (path.name, differing)
     assert parse(SMOLLM2 / "config_rank36.yaml")[0].head_rank == 576 // 16
     assert parse(SMOLLM2 / "config_rank144.yaml")[0].head_rank == 576 // 4
     assert parse(SMOLLM2 / "config_cpu.yaml")[0].head_rank == 576 // 8
+
+
+def test_shipped_drafter_recipe_names_its_committed_data():
+    args, _ = parse(SMOLLM2 / "config_embedded_v1.yaml")
+    subset = Path(__file__).resolve().parents[1] / args.dataset_path
+    rows = subset.read_text().splitlines()
+    assert len(rows) == args.max_steps * args.per_device_train_batch_size == 1200  # one pass, no partial batch
+    assert args.head_type == "low_rank" and args.head_rank == 72 and args.features == "offline"
 
 
 @pytest.mark.parametrize("target", ["llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b"])
