@@ -6,18 +6,7 @@ import pytest
 
 from slimspec_hf.benchmark import OVERALL, aggregate, load_questions, main, report_category
 
-from .conftest import make_tiny_drafter, make_tiny_target
-
-
-def _char_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "</s>": 1, **{chr(c): i + 2 for i, c in enumerate(range(32, 127))}}  # 97 ids < 128
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>")
+from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
 def _questions_file(path):
@@ -106,7 +95,7 @@ def test_aggregate_medians_speedup_and_pooled_tau():
 
 def test_bench_end_to_end_on_tiny_target(tmp_path):
     target = make_tiny_target(eos_token_id=1)
-    tokenizer = _char_tokenizer()
+    tokenizer = make_char_tokenizer()
     target_dir, low_dir, full_dir, out = (tmp_path / n for n in ("target", "low", "full", "out"))
     target.save_pretrained(target_dir)
     tokenizer.save_pretrained(target_dir)
@@ -182,7 +171,7 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
     questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa"])
     report = run_benchmark(
         target,
-        _char_tokenizer(),
+        make_char_tokenizer(),
         {"low": drafter},
         questions,
         temperatures=(0.0,),

@@ -11,7 +11,7 @@ from transformers.generation.candidate_generator import AssistedCandidateGenerat
 
 from slimspec_hf import SlimSpecCandidateGenerator, SlimSpecDrafterForCausalLM, install_generation_hook
 
-from .conftest import make_tiny_drafter, make_tiny_target, tiny_target_config
+from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target, tiny_target_config
 
 
 HEAD_CONFIGS = {
@@ -197,6 +197,18 @@ def test_confidence_threshold_is_validated():
         target.generate(
             torch.tensor([[1, 2]]), max_new_tokens=5, assistant_model=drafter, assistant_confidence_threshold=-0.1
         )
+
+
+def test_text_generation_pipeline_takes_the_drafter():
+    from transformers import pipeline
+
+    target = make_tiny_target(seed=5, eos_token_id=1)
+    drafter = make_drafter_for(target, "low_rank")
+    pipe = pipeline("text-generation", model=target, tokenizer=make_char_tokenizer())
+    plain = pipe("Hello there", max_new_tokens=16, do_sample=False)
+    fast = pipe("Hello there", max_new_tokens=16, do_sample=False, assistant_model=drafter)
+    assert fast[0]["generated_text"] == plain[0]["generated_text"]
+    assert drafter.last_generation_stats.rounds > 0  # the SlimSpec generator drafted
 
 
 def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
