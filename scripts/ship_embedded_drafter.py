@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slimspec_hf.hub import CARD_INPUTS_FILE, write_model_card
+    from slimspec_hf.hub import CARD_INPUTS_FILE, _results_list, write_model_card
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
 
     source = Path(args.trained_dir)
@@ -42,22 +42,31 @@ def main(argv: list[str] | None = None) -> int:
         drafter.config.draft_confidence_threshold = args.confidence_threshold
         drafter.config._validate()
 
+    stored = source / CARD_INPUTS_FILE
+    stored = json.loads(stored.read_text()) if stored.is_file() else {}
+    results = _results_list(args.results)  # fails here, before anything is replaced, on a bad --results
+
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    staging.chmod(0o755)
+    # staged under its final name (the card is titled after its folder), then swapped into place
+    parent = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    staging = parent / dest.name
+    old = dest.with_name(f".{dest.name}-old")
     try:
         drafter.save_pretrained(staging)
-        old = dest.with_name(f".{dest.name}-old")
+        datasets = args.dataset or stored.get("datasets")
+        write_model_card(staging, recipe=stored.get("recipe"), results=results, datasets=datasets)
+        shutil.rmtree(old, ignore_errors=True)  # left by an interrupted earlier run
         if dest.exists():
             dest.rename(old)
-        staging.rename(dest)
+        try:
+            staging.rename(dest)
+        except OSError:
+            if old.exists():
+                old.rename(dest)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    # the card is titled after its folder, so it is written in place (atomically, file by file)
-    stored = source / CARD_INPUTS_FILE
-    recipe = json.loads(stored.read_text())["recipe"] if stored.is_file() else None
-    write_model_card(dest, recipe=recipe, results=args.results, datasets=args.dataset)
+        shutil.rmtree(parent, ignore_errors=True)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"shipped {source} -> {dest} ({size / 2**20:.1f} MiB)")
     return 0

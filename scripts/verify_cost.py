@@ -11,6 +11,7 @@ is not, which is why small k pays there.
 """
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -51,13 +52,11 @@ def main() -> None:
     layer_ids = None
     drafter = None
     if args.drafter:
-        drafter = AutoModelForCausalLM.from_pretrained(args.drafter).eval().attach_target(target)
+        drafter = AutoModelForCausalLM.from_pretrained(args.drafter, dtype=target.dtype).eval().attach_target(target)
         layer_ids = list(drafter.config.target_layer_ids)
 
     def verify(n: int):
-        cache = DynamicCache(config=target.config)
-        for i, layer in enumerate(prefill.layers):
-            cache.update(layer.keys.clone(), layer.values.clone(), i)
+        cache = copy.deepcopy(prefill)
         tokens = torch.randint(0, vocab, (1, n), generator=generator)
         extra = {"output_hidden_states": layer_ids} if layer_ids else {}
         return lambda: target(tokens, cache=cache, use_cache=True, **extra)

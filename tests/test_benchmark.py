@@ -183,6 +183,11 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
         progress=False,
     )
     assert report["config"]["systems"] == ["target", "low", "low@p0.5", "prompt_lookup"]
+    assert report["config"]["confidence_thresholds"] == [0.5]
+    # the variant shares its drafter's head costs and gets its own model-index entry
+    assert set(report["head_costs"]) == {"low"}
+    entry = report["model_index"]["low@p0.5"][0]
+    assert entry["kappa"] == pytest.approx(report["head_costs"]["low"]["kappa"])
     by_question = {}
     for r in report["records"]:
         by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])

@@ -172,7 +172,7 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
     assert early.tolist() == plain.tolist()
     stats = drafter.last_generation_stats
     # every round ends at the first token after a multiple of 5: at most 5 drafted, all of them accepted
-    assert max(len(stats.drafted_per_position), 0) <= 5
+    assert len(stats.drafted_per_position) <= 5
     assert stats.accepted_tokens == stats.drafted_tokens
     assert _drafted_per_round(drafter) < fixed_rate - 1
 
@@ -184,6 +184,17 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
         ids, max_new_tokens=60, do_sample=False, assistant_model=drafter, assistant_confidence_threshold=0.0
     )
     assert _drafted_per_round(drafter) == pytest.approx(fixed_rate)
+    drafter.config.draft_confidence_threshold = None
+
+    # ... and so does a GenerationConfig holding it, passed in or the target's own
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=60, do_sample=False, assistant_confidence_threshold=0.5)
+    assert target.generate(ids, generation_config=config, assistant_model=drafter).tolist() == plain.tolist()
+    assert _drafted_per_round(drafter) < fixed_rate - 1
+    target.generation_config.assistant_confidence_threshold = 0.5
+    target.generate(ids, max_new_tokens=60, do_sample=False, assistant_model=drafter)
+    assert _drafted_per_round(drafter) < fixed_rate - 1
 
 
 def test_confidence_threshold_is_validated():
@@ -391,7 +402,7 @@ def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
     install_generation_hook()
     install_generation_hook()
     assert GenerationMixin._get_candidate_generator is hook
-    assert getattr(hook, "_slimspec_hook", False) and not getattr(hook.__wrapped__, "_slimspec_hook", False)
+    assert getattr(hook, "_slimspec_hook", 0) >= 2 and not getattr(hook.__wrapped__, "_slimspec_hook", False)
 
     built = []
 
@@ -413,6 +424,26 @@ def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
     drafter = make_tiny_drafter(target)
     target.generate(ids, max_new_tokens=8, do_sample=False, assistant_model=drafter)
     assert built == [Recording] and drafter.last_generation_stats.rounds > 0  # ours for a SlimSpec drafter
+
+
+def test_an_older_hook_is_replaced_by_a_newer_one(monkeypatch):
+    from slimspec_hf import modeling_slimspec
+
+    names = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
+    current = {n: getattr(GenerationMixin, n) for n in names}
+    originals = {n: modeling_slimspec._unwrap_slimspec(f) for n, f in current.items()}
+    for name in current:  # what an older copy (e.g. a remote-code drafter loaded first) would have left behind
+        monkeypatch.setattr(GenerationMixin, name, originals[name])
+    monkeypatch.setattr(modeling_slimspec, "_HOOK_VERSION", 1)
+    install_generation_hook()
+    old_hook = GenerationMixin._get_candidate_generator
+    assert old_hook._slimspec_hook == 1
+    monkeypatch.setattr(modeling_slimspec, "_HOOK_VERSION", 2)
+    install_generation_hook()
+    new_hook = GenerationMixin._get_candidate_generator
+    assert new_hook is not old_hook and new_hook._slimspec_hook == 2
+    for name, original in originals.items():  # the old wrappers were removed, not wrapped again
+        assert getattr(GenerationMixin, name).__wrapped__ is original
 
 
 @pytest.mark.integration

@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,7 @@ class System:
     kind: str
     drafter: Any = None
     generate_kwargs: dict = field(default_factory=dict)
+    base: str | None = None  # for a drafter system: the name of its drafter (variants share it)
 
 
 def build_systems(
@@ -125,10 +127,10 @@ def build_systems(
         kwargs = {"assistant_model": drafter}
         if num_speculative_tokens:
             kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
-        systems.append(System(name, "drafter", drafter, kwargs))
+        systems.append(System(name, "drafter", drafter, kwargs, base=name))
         for threshold in confidence_thresholds:
             variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
-            systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant))
+            systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant, base=name))
     if prompt_lookup:
         systems.append(
             System("prompt_lookup", "prompt_lookup", None, {"prompt_lookup_num_tokens": int(prompt_lookup)})
@@ -255,7 +257,8 @@ def run_benchmark(
     results = aggregate(records, [s.name for s in systems], temperatures, reference)
     kappas = [c["kappa"] for c in head_costs.values()]
     kappa_measured = statistics.median(kappas) if kappas else None
-    _add_predictions(results, head_costs, kappa_measured, reference)
+    drafter_of = {s.name: s.base for s in systems if s.kind == "drafter"}
+    _add_predictions(results, head_costs, kappa_measured, reference, drafter_of)
     return {
         "config": {
             "dataset": DATASET_NAMES.get(dataset, dataset),
@@ -268,6 +271,7 @@ def run_benchmark(
             "seed": seed,
             "num_questions": len(questions),
             "num_speculative_tokens": num_speculative_tokens,
+            "confidence_thresholds": list(confidence_thresholds),
             "prompt_lookup_num_tokens": prompt_lookup,
             "reference": reference,
             "device": str(target.device),
@@ -277,7 +281,7 @@ def run_benchmark(
         "results": results,
         "head_costs": head_costs,
         "kappa": kappa_measured,
-        "model_index": model_index(results, head_costs, drafters, DATASET_NAMES.get(dataset, dataset), reference),
+        "model_index": model_index(results, head_costs, drafter_of, DATASET_NAMES.get(dataset, dataset), reference),
         "records": records,
     }
 
@@ -340,12 +344,17 @@ def aggregate(records: list[dict], systems: list[str], temperatures, reference: 
     return rows
 
 
-def _add_predictions(rows: list[dict], head_costs: dict, kappa: float | None, reference: str | None) -> None:
-    """The cost model's speed-up over the reference, ρτ·(1+κ)/(1+νκ), next to the measured one."""
+def _add_predictions(
+    rows: list[dict], head_costs: dict, kappa: float | None, reference: str | None, drafter_of: dict | None = None
+) -> None:
+    """The cost model's speed-up over the reference, ρτ·(1+κ)/(1+νκ), next to the measured one.
+
+    `drafter_of` maps a system to the drafter whose head costs it has (variants share their drafter's)."""
     if kappa is None or reference is None:
         return
+    drafter_of = drafter_of or {}
     for row in rows:
-        cost = head_costs.get(row["system"])
+        cost = head_costs.get(drafter_of.get(row["system"], row["system"]))
         if cost is None or row.get("rho_tau") is None or math.isnan(row["rho_tau"]):
             continue
         nu_vs_reference = cost["t_head"] / head_costs[reference]["t_head"]
@@ -353,11 +362,17 @@ def _add_predictions(rows: list[dict], head_costs: dict, kappa: float | None, re
         row["predicted_speedup_vs_reference"] = cost_model.speedup(row["rho_tau"], nu_vs_reference, kappa)
 
 
-def model_index(results: list[dict], head_costs: dict, drafters: dict, dataset: str, reference=None) -> dict:
-    """Per drafter, `model_index_entry` dicts (overall, one per temperature) for the model card."""
+def model_index(results: list[dict], head_costs: dict, drafters, dataset: str, reference=None) -> dict:
+    """Per drafter system, `model_index_entry` dicts (overall, one per temperature) for the model card.
+
+    `drafters` lists the drafter systems' names, or maps each to the drafter whose head costs it shares."""
     entries: dict[str, list[dict]] = {}
-    for name in drafters:
-        cost = head_costs.get(name, {})
+    if isinstance(drafters, Mapping):
+        drafter_of = {name: base if isinstance(base, str) else name for name, base in drafters.items()}
+    else:
+        drafter_of = {name: name for name in drafters}
+    for name, base in drafter_of.items():
+        cost = head_costs.get(base, {})
         for row in results:
             if row["system"] != name or row["category"] != OVERALL or row["tau"] is None:
                 continue

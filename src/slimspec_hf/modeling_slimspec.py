@@ -444,7 +444,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             )
         explicit = getattr(generation_config, "_slimspec_explicit_k", True)
         k = generation_config.num_assistant_tokens if explicit else None
-        threshold = self.config.draft_confidence_threshold
+        threshold = getattr(self.config, "draft_confidence_threshold", None)
         if getattr(generation_config, "_slimspec_explicit_threshold", False):
             threshold = generation_config.assistant_confidence_threshold
         return SlimSpecCandidateGenerator(
@@ -807,8 +807,10 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         for i in range(budget):
             if self.logits_processor is not None:
                 logits = self.logits_processor(candidate_ids, logits)
+            probs = None
             if self.do_sample:
-                token = torch.multinomial(torch.softmax(logits, dim=-1), num_samples=1)  # (1, 1)
+                probs = torch.softmax(logits, dim=-1)
+                token = torch.multinomial(probs, num_samples=1)  # (1, 1)
             else:
                 token = logits.argmax(dim=-1, keepdim=True)
             all_logits.append(logits)
@@ -816,7 +818,8 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             if i == budget - 1 or int(token) in self.eos_token_ids:
                 break
             if self.confidence_threshold is not None:  # unsure of this token: verify what we have
-                if float(torch.softmax(logits, dim=-1)[0, token[0, 0]]) < self.confidence_threshold:
+                probs = probs if probs is not None else torch.softmax(logits, dim=-1)
+                if float(probs[0, token[0, 0]]) < self.confidence_threshold:
                     break
             step_mask = None
             if attention_mask is not None:
@@ -904,16 +907,30 @@ def _is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
+_HOOK_VERSION = 2  # 1: `_get_candidate_generator` and the k detection; 2: + explicit confidence threshold
+
+
+def _unwrap_slimspec(function):
+    """`function` without the wrappers any version of `install_generation_hook` put around it."""
+    while hasattr(function, "__wrapped__") and "install_generation_hook" in getattr(function, "__qualname__", ""):
+        function = function.__wrapped__
+    return function
+
+
 def install_generation_hook() -> None:
     """Routes `generate(assistant_model=<SlimSpec drafter>)` to the SlimSpec candidate generator.
 
     transformers has no public registry for candidate generators, so `GenerationMixin._get_candidate_generator`
-    is wrapped once (idempotent, also across copies of this module loaded as remote code). Other assistants keep
-    transformers' own generators. The generator comes from the drafter's own class, whichever copy installed it.
+    (and `_prepare_generation_config`, `_validate_generation_mode`) are wrapped once: idempotent, also across
+    copies of this module loaded as remote code. The wrappers carry `_HOOK_VERSION`; a newer copy replaces the
+    wrappers of an older one (so an old remote-code drafter loaded first cannot pin old behaviour). Other
+    assistants keep transformers' own generators. The generator comes from the drafter's own class.
     """
-    original = GenerationMixin._get_candidate_generator
-    if getattr(original, "_slimspec_hook", False):
+    if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
         return
+    for name in ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode"):
+        setattr(GenerationMixin, name, _unwrap_slimspec(getattr(GenerationMixin, name)))
+    original = GenerationMixin._get_candidate_generator
 
     def _get_candidate_generator(
         self,
@@ -940,7 +957,7 @@ def install_generation_hook() -> None:
             **kwargs,
         )
 
-    _get_candidate_generator._slimspec_hook = True
+    _get_candidate_generator._slimspec_hook = _HOOK_VERSION
     _get_candidate_generator.__wrapped__ = original
     GenerationMixin._get_candidate_generator = _get_candidate_generator
 
@@ -954,12 +971,17 @@ def install_generation_hook() -> None:
             getattr(c, "num_assistant_tokens", None) is not None for c in (generation_config, self.generation_config)
         )
         config._slimspec_explicit_k = explicit
-        # transformers' GenerationConfig defaults this to 0.4 for its own assistants; SlimSpec drafters honour
-        # it only when the caller passes it (otherwise the drafter config's `draft_confidence_threshold`).
-        config._slimspec_explicit_threshold = "assistant_confidence_threshold" in kwargs
+        # Likewise `assistant_confidence_threshold` (transformers' global default 0.4 is meant for its own
+        # assistants): SlimSpec drafters honour it only where the caller set it, else their config's
+        # `draft_confidence_threshold`.
+        config._slimspec_explicit_threshold = "assistant_confidence_threshold" in kwargs or any(
+            getattr(c, "assistant_confidence_threshold", None) is not None
+            for c in (generation_config, self.generation_config)
+        )
         return config, model_kwargs
 
     _prepare_generation_config.__wrapped__ = original_prepare
+    _prepare_generation_config._slimspec_hook = _HOOK_VERSION
     GenerationMixin._prepare_generation_config = _prepare_generation_config
 
     # Check the pairing before transformers' own assistant checks, whose vocabulary message ("different
@@ -973,6 +995,7 @@ def install_generation_hook() -> None:
         return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
 
     _validate_generation_mode.__wrapped__ = original_validate
+    _validate_generation_mode._slimspec_hook = _HOOK_VERSION
     GenerationMixin._validate_generation_mode = _validate_generation_mode
 
 
