@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),
-        1 + len(drafters) + bool(args.prompt_lookup),
+        1 + len(drafters) * (1 + len(args.confidence_threshold)) + bool(args.prompt_lookup),
         len(args.temperatures),
         args.repeats,
     )
