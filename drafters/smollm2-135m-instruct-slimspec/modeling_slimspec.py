@@ -1,0 +1,1021 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""SlimSpec drafters: the EAGLE-3 backbone, its LM heads, and the candidate generator `generate()` uses.
+
+Self-contained on purpose: it imports only `torch`, `transformers` and its configuration sibling, so that
+`save_pretrained` can copy it next to the weights and `AutoModelForCausalLM.from_pretrained(...,
+trust_remote_code=True)` works where `slimspec_hf` is not installed. Loading it (either way) installs the
+`generate()` hook that makes `target.generate(**inputs, assistant_model=drafter)` draft with SlimSpec.
+
+Shapes: B batch, T positions, d drafter width, d_t target width, V vocabulary, r head rank, K trimmed vocab.
+"""
+
+import json
+import math
+import os
+import shutil
+import struct
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.generation.candidate_generator import CandidateGenerator
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Heads: each maps (..., d) hidden states to full-vocabulary logits (..., V)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class LowRankHead(nn.Module):
+    """SlimSpec head `z = W_up · W_down · h`: W_down (r×d), W_up (V×r), no bias, no nonlinearity."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, rank: int):
+        super().__init__()
+        self.down = nn.Linear(hidden_size, rank, bias=False)
+        self.up = nn.Linear(rank, vocab_size, bias=False)
+        self.store_column_major()
+
+    def store_column_major(self) -> None:
+        store_column_major(self.up.weight)
+
+    @property
+    def rank(self) -> int:
+        return self.down.out_features
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.up(self.down(hidden_states))
+
+    def merged_weight(self) -> torch.Tensor:
+        """The dense V×d matrix W_up·W_down (computed in fp32)."""
+        return self.up.weight.float() @ self.down.weight.float()
+
+    @torch.no_grad()
+    def init_from_dense(self, weight: torch.Tensor) -> None:
+        """Sets the factors to the best rank-r approximation of `weight` (V×d) in Frobenius norm."""
+        down, up = low_rank_factors(weight, self.rank)
+        if up.shape != self.up.weight.shape or down.shape != self.down.weight.shape:
+            raise ValueError(
+                f"`weight` of shape {tuple(weight.shape)} does not fit a head with up {tuple(self.up.weight.shape)} "
+                f"and down {tuple(self.down.weight.shape)}."
+            )
+        self.down.weight.copy_(down)
+        self.up.weight.copy_(up)
+
+    @classmethod
+    def from_dense(cls, weight: torch.Tensor, rank: int) -> "LowRankHead":
+        """A low-rank head initialised by truncated SVD of a dense head `weight` (V×d)."""
+        vocab_size, hidden_size = weight.shape
+        head = cls(hidden_size, vocab_size, rank).to(device=weight.device, dtype=weight.dtype)
+        head.init_from_dense(weight)
+        return head
+
+
+@torch.no_grad()
+def store_column_major(weight: nn.Parameter) -> None:
+    """Keeps a head's (out×in) weight in column-major memory order: same values, name and checkpoint.
+
+    `F.linear` then runs (…, in) @ (in, out), streaming the weight at memory bandwidth. With the row-major layout
+    of `nn.Linear`, each logit of a rank-r head is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC
+    limit at batch 1; column-major W_up reaches 0.80–1.17, and the fp32 full head gets 1.2–1.7x faster too
+    (docs/head_benchmark.md). Every head gets the same treatment so that head comparisons stay fair.
+    """
+    if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
+        weight.data = weight.data.t().contiguous().t()
+
+
+def low_rank_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated SVD `weight ≈ up @ down` with `down` (r×d) and `up` (V×r), singular values split evenly.
+
+    Computed in fp32: the SVD of a bf16/fp16 matrix loses the small singular values the error depends on.
+    """
+    if weight.dim() != 2:
+        raise ValueError(f"`weight` must be a 2-D (V×d) matrix, got shape {tuple(weight.shape)}.")
+    if not 0 < rank < min(weight.shape):
+        raise ValueError(f"`rank` ({rank}) must satisfy 0 < rank < min(V, d) = {min(weight.shape)}.")
+    u, s, vh = torch.linalg.svd(weight.detach().float(), full_matrices=False)  # (V, d), (d,), (d, d)
+    root = s[:rank].sqrt()
+    down = root[:, None] * vh[:rank]  # (r, d)
+    up = u[:, :rank] * root[None, :]  # (V, r)
+    return down.to(weight.dtype), up.to(weight.dtype)
+
+
+class FullHead(nn.Linear):
+    """The usual dense V×d head, trained with the drafter."""
+
+    def __init__(self, hidden_size: int, vocab_size: int):
+        super().__init__(hidden_size, vocab_size, bias=False)
+        self.store_column_major()
+
+    def store_column_major(self) -> None:
+        store_column_major(self.weight)
+
+
+class TrimmedHead(nn.Module):
+    """VocabTrim-T baseline: a K×d head over the K most frequent tokens; other logits are -inf."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, draft_vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.weight = nn.Parameter(torch.empty(draft_vocab_size, hidden_size))
+        # -1 marks "no token set yet"; set_token_ids() or loading a checkpoint fills it.
+        self.register_buffer("token_ids", torch.full((draft_vocab_size,), -1, dtype=torch.long))
+        self.store_column_major()
+
+    def store_column_major(self) -> None:
+        store_column_major(self.weight)
+
+    @property
+    def has_token_set(self) -> bool:
+        return bool(self.token_ids.numel()) and int(self.token_ids[0]) >= 0
+
+    @torch.no_grad()
+    def set_token_ids(self, token_ids: torch.Tensor, dense_weight: torch.Tensor | None = None) -> None:
+        token_ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
+        if token_ids.numel() != self.token_ids.numel():
+            raise ValueError(f"`token_ids` must hold {self.token_ids.numel()} ids, got {token_ids.numel()}.")
+        if int(token_ids.min()) < 0 or int(token_ids.max()) >= self.vocab_size:
+            raise ValueError(f"`token_ids` must lie in [0, {self.vocab_size}).")
+        if token_ids.unique().numel() != token_ids.numel():
+            raise ValueError("`token_ids` must not repeat a token.")
+        self.token_ids.copy_(token_ids.to(self.token_ids.device))
+        if dense_weight is not None:
+            self.weight.copy_(dense_weight[self.token_ids.to(dense_weight.device)].to(self.weight))
+
+    def compact_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Logits over the K kept tokens only (..., K)."""
+        return F.linear(hidden_states, self.weight)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self.has_token_set:
+            raise ValueError(
+                "The trimmed head has no token set: call `drafter.lm_head.set_token_ids(ids)` with the "
+                "`draft_vocab_size` most frequent tokens, or load a checkpoint that holds `lm_head.token_ids`."
+            )
+        compact = self.compact_logits(hidden_states)  # (..., K)
+        logits = compact.new_full((*compact.shape[:-1], self.vocab_size), float("-inf"))
+        return logits.index_copy_(-1, self.token_ids, compact)
+
+
+class TargetHead(nn.Module):
+    """The target's own LM head, frozen and borrowed at run time (never stored in the drafter's checkpoint)."""
+
+    def __init__(self):
+        super().__init__()
+        self._target_head = None  # kept out of the module tree so it is never saved nor trained
+
+    def set_target_head(self, head: nn.Module) -> None:
+        object.__setattr__(self, "_target_head", head)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self._target_head is None:
+            raise ValueError(
+                "head_type='target' borrows the target's LM head: call `drafter.attach_target(target)` first "
+                "(`generate(assistant_model=drafter)` does it for you)."
+            )
+        weight = self._target_head.weight
+        return F.linear(hidden_states.to(weight.dtype), weight)
+
+
+def build_head(config: SlimSpecDrafterConfig) -> nn.Module:
+    if config.head_type == "low_rank":
+        return LowRankHead(config.hidden_size, config.vocab_size, config.head_rank)
+    if config.head_type == "full":
+        return FullHead(config.hidden_size, config.vocab_size)
+    if config.head_type == "trimmed":
+        return TrimmedHead(config.hidden_size, config.vocab_size, config.draft_vocab_size)
+    if config.head_type == "target":
+        return TargetHead()
+    raise ValueError(f"`head_type` must be one of {list(HEAD_TYPES)}, got {config.head_type!r}.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# KV cache of the drafter's single layer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class SlimSpecDrafterCache:
+    """Keys/values of the drafter's one attention layer, preallocated and croppable.
+
+    Holds positions computed from the target's features (committed) and, during a round, the drafter's own
+    drafted positions; `crop(n)` drops everything after the first n positions.
+    """
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None  # (B, H_kv, capacity, hd)
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        new = keys.shape[2]
+        needed = self.length + new
+        if self.keys is None or needed > self.keys.shape[2] or self.keys.dtype != keys.dtype:
+            capacity = max(needed, 2 * (self.keys.shape[2] if self.keys is not None else 0), 64)
+            grown_k = keys.new_empty((keys.shape[0], keys.shape[1], capacity, keys.shape[3]))
+            grown_v = values.new_empty((values.shape[0], values.shape[1], capacity, values.shape[3]))
+            if self.length:
+                grown_k[:, :, : self.length] = self.keys[:, :, : self.length]
+                grown_v[:, :, : self.length] = self.values[:, :, : self.length]
+            self.keys, self.values = grown_k, grown_v
+        self.keys[:, :, self.length : needed] = keys
+        self.values[:, :, self.length : needed] = values
+        self.length = needed
+        return self.keys[:, :, :needed], self.values[:, :, :needed]
+
+    def crop(self, length: int) -> None:
+        if length < 0:
+            length = max(0, self.length + length)
+        self.length = min(self.length, length)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# EAGLE-3 backbone
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class SlimSpecDrafterAttention(nn.Module):
+    """Attention whose q/k/v read the concatenation [norm(embedding), norm(hidden)] (2d)."""
+
+    def __init__(self, config: SlimSpecDrafterConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.num_groups = self.num_heads // self.num_kv_heads
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(2 * config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(2 * config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(2 * config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rotated queries (B, H, T, hd), keys and values (B, H_kv, T, hd) of x (B, T, 2d)."""
+        bsz, seq_len, _ = x.shape
+        q = self.q_proj(x).view(bsz, seq_len, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, seq_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, seq_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return q, k, v
+
+    def output(self, attn: torch.Tensor) -> torch.Tensor:
+        bsz, _, seq_len, _ = attn.shape
+        return self.o_proj(attn.transpose(1, 2).reshape(bsz, seq_len, self.num_heads * self.head_dim))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: SlimSpecDrafterCache | None,
+    ) -> torch.Tensor:
+        q, k, v = self.project(x, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        q_len, kv_len = q.shape[2], k.shape[2]
+        if attention_mask is None and q_len > 1:
+            # Causal over the new positions, all cached positions visible.
+            attention_mask = causal_mask(q_len, kv_len, q.device)
+        attn = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attention_mask, enable_gqa=self.num_groups > 1
+        )  # (B, H, T, hd)
+        return self.output(attn)
+
+
+def causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """Boolean (q_len, kv_len) mask: query i (the i-th of the last q_len positions) sees keys 0..kv_len-q_len+i."""
+    offset = kv_len - q_len
+    rows = torch.arange(q_len, device=device)[:, None] + offset
+    return torch.arange(kv_len, device=device)[None, :] <= rows
+
+
+class SlimSpecDrafterMLP(nn.Module):
+    def __init__(self, config: SlimSpecDrafterConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SlimSpecDrafterLayer(nn.Module):
+    """EAGLE-3's single decoder layer: attention over [norm(emb), norm(h)], residual on h, SwiGLU MLP."""
+
+    def __init__(self, config: SlimSpecDrafterConfig):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # on the token embedding
+        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # on the fed hidden state
+        self.self_attn = SlimSpecDrafterAttention(config)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = SlimSpecDrafterMLP(config)
+        self.norm_before_residual = bool(config.norm_before_residual)
+
+    def attention_input(self, inputs_embeds: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B,T,2d)
+
+    def finish(self, hidden_states: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """Residual + MLP after attention; returns the layer's (pre-final-norm) output.
+
+        The residual is the fed hidden state itself, or its normed version with `norm_before_residual`
+        (the vLLM speculators variant)."""
+        if self.norm_before_residual:
+            hidden_states = self.hidden_norm(hidden_states)
+        hidden_states = hidden_states + attn_out
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+    def forward(self, inputs_embeds, hidden_states, cos, sin, attention_mask=None, cache=None) -> torch.Tensor:
+        attn_out = self.self_attn(self.attention_input(inputs_embeds, hidden_states), cos, sin, attention_mask, cache)
+        return self.finish(hidden_states, attn_out)
+
+
+@dataclass
+class SlimSpecDrafterOutput(ModelOutput):
+    """
+    logits (`torch.FloatTensor` of shape `(B, T, V)`): full-vocabulary logits of the next-next token.
+    hidden_states (`torch.FloatTensor` of shape `(B, T, d)`): the layer's pre-norm output, fed to the next step.
+    cache (`SlimSpecDrafterCache`): the drafter's cache, when `use_cache=True`.
+    """
+
+    logits: torch.FloatTensor | None = None
+    hidden_states: torch.FloatTensor | None = None
+    cache: Any | None = None
+
+
+class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
+    config_class = SlimSpecDrafterConfig
+    config: SlimSpecDrafterConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["SlimSpecDrafterLayer"]
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, TrimmedHead):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, LlamaRMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, LlamaRotaryEmbedding):
+            inv_freq, _ = (
+                module.compute_default_rope_parameters(module.config)
+                if module.rope_type == "default"
+                else (
+                    module.inv_freq,
+                    None,
+                )
+            )
+            module.inv_freq.copy_(inv_freq)
+            module.original_inv_freq.copy_(inv_freq)
+
+
+class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
+    """An EAGLE-3 drafter with a SlimSpec low-rank head (or a baseline head).
+
+    Inputs per position t: the embedding of token x_{t+1} and a hidden state — either the target's three fused
+    layers at t (B, T, 3·d_t), or the drafter's own output at t (B, T, d). Output: logits for x_{t+2} and the
+    pre-norm hidden state to feed back.
+
+    The token embedding (and the LM head for `head_type="target"`) is borrowed from the target with
+    [`attach_target`]; it is never part of the drafter's checkpoint.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"embed_tokens\.weight"]
+
+    def __init__(self, config: SlimSpecDrafterConfig):
+        super().__init__(config)
+        self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
+        self.layer = SlimSpecDrafterLayer(config)
+        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        self.lm_head = build_head(config)
+        self._embed_tokens = None  # borrowed, see attach_target
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    # -- borrowing from the target -----------------------------------------------------------------------------
+    def get_input_embeddings(self) -> nn.Module | None:
+        return self._embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        object.__setattr__(self, "_embed_tokens", value)  # not registered: never saved, never trained
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def attach_target(self, target: nn.Module) -> "SlimSpecDrafterForCausalLM":
+        """Borrows the target's input embedding (and its LM head for `head_type="target"`)."""
+        self.set_input_embeddings(target.get_input_embeddings())
+        if isinstance(self.lm_head, TargetHead):
+            self.lm_head.set_target_head(target.get_output_embeddings())
+        return self
+
+    def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
+        """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
+
+        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`, and
+        `assistant_confidence_threshold` its `draft_confidence_threshold`.
+        """
+        if input_ids is not None and input_ids.shape[0] != 1:
+            raise ValueError(
+                f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
+                f"{input_ids.shape[0]}. Call `generate` once per prompt."
+            )
+        explicit = getattr(generation_config, "_slimspec_explicit_k", True)
+        k = generation_config.num_assistant_tokens if explicit else None
+        threshold = getattr(self.config, "draft_confidence_threshold", None)
+        if getattr(generation_config, "_slimspec_explicit_threshold", False):
+            threshold = generation_config.assistant_confidence_threshold
+        return SlimSpecCandidateGenerator(
+            self,
+            target,
+            generation_config,
+            logits_processor,
+            num_speculative_tokens=k,
+            confidence_threshold=threshold,
+            validate=False,
+        )
+
+    def tie_weights(self, *args, **kwargs):
+        return  # nothing to tie: the embedding is borrowed, the head is the drafter's own
+
+    # -- checkpoints: safetensors only, checked before loading, written atomically ------------------------------
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        local = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if os.path.isdir(local):
+            check_safetensors_checkpoint(local)
+        kwargs.setdefault("use_safetensors", True)
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        if hasattr(model.lm_head, "store_column_major"):
+            model.lm_head.store_column_major()  # loading materialises weights row-major
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Like `PreTrainedModel.save_pretrained`, but files are written to a temporary folder first and then
+        moved into place one by one, so an interrupted save never leaves a half-written file behind."""
+        if kwargs.get("safe_serialization") is False:
+            raise ValueError(
+                "`safe_serialization=False` is not supported: SlimSpec drafters are saved as safetensors."
+            )
+        kwargs.pop("safe_serialization", None)
+        if kwargs.get("push_to_hub"):
+            return super().save_pretrained(save_directory, *args, **kwargs)  # uploads right after saving
+        save_directory = os.fspath(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-save-", dir=save_directory)
+        try:
+            super().save_pretrained(tmp, *args, **kwargs)
+            written = set(os.listdir(tmp))
+            for name in sorted(written):
+                os.replace(os.path.join(tmp, name), os.path.join(save_directory, name))
+            # Weights of an earlier save that this one did not rewrite (e.g. a single file replaced by shards)
+            # would otherwise be loaded instead of, or next to, the new ones.
+            for name in os.listdir(save_directory):
+                stale = name.startswith("model") and name.endswith((".safetensors", ".safetensors.index.json"))
+                if stale and name not in written:
+                    os.remove(os.path.join(save_directory, name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- forward -----------------------------------------------------------------------------------------------
+    def embed(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        if self._embed_tokens is None:
+            raise ValueError(
+                "The drafter borrows the target's token embedding: call `drafter.attach_target(target)` or pass "
+                "`inputs_embeds`."
+            )
+        return self._embed_tokens(input_ids)
+
+    def fuse(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Maps target features (…, 3·d_t) to the drafter width; the drafter's own states (…, d) pass through."""
+        width = hidden_states.shape[-1]
+        if width == 3 * self.config.target_hidden_size:
+            return self.fc(hidden_states.to(self.fc.weight.dtype))
+        if width == self.config.hidden_size:
+            return hidden_states
+        raise ValueError(
+            f"`hidden_states` must have last dimension 3 * target_hidden_size = {3 * self.config.target_hidden_size} "
+            f"(target features) or hidden_size = {self.config.hidden_size} (drafter states), got {width}."
+        )
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits of pre-norm drafter states (…, d) → (…, V)."""
+        return self.lm_head(self.norm(hidden_states))
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        hidden_states: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: SlimSpecDrafterCache | None = None,
+        use_cache: bool = False,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> SlimSpecDrafterOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(B, T)`): tokens x_{t+1} (or pass `inputs_embeds`).
+        hidden_states (`torch.Tensor` of shape `(B, T, 3·d_t)` or `(B, T, d)`): target features or own states.
+        position_ids (`torch.LongTensor` of shape `(B, T)`): positions t; defaults to continuing the cache.
+        attention_mask (`torch.Tensor`): either a 2-D key mask `(B, past + T)` (1 = attend) or a boolean 4-D mask.
+        logits_to_keep (`int`): if > 0, only the last `logits_to_keep` positions get logits; -1 for none.
+        """
+        if hidden_states is None:
+            raise ValueError("`hidden_states` is required: target features (B, T, 3·d_t) or drafter states (B, T, d).")
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed(input_ids)
+        hidden_states = self.fuse(hidden_states)
+        inputs_embeds = inputs_embeds.to(hidden_states.dtype)
+        bsz, seq_len, _ = hidden_states.shape
+        if use_cache and cache is None:
+            cache = SlimSpecDrafterCache()
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + seq_len, device=hidden_states.device)[None].expand(bsz, -1)
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.dim() == 2:
+                keys = attention_mask[:, None, None, :].bool()  # (B, 1, 1, past+T)
+                mask = keys & causal_mask(seq_len, attention_mask.shape[-1], hidden_states.device)
+            else:
+                mask = attention_mask.bool()
+        cos, sin = self.rotary_emb(hidden_states, position_ids)
+        layer_args = (inputs_embeds, hidden_states, cos, sin, mask, cache)
+        if self.gradient_checkpointing and self.training:
+            out = torch.utils.checkpoint.checkpoint(self.layer, *layer_args, use_reentrant=False)
+        else:
+            out = self.layer(*layer_args)  # (B, T, d)
+        logits = None
+        if logits_to_keep >= 0:
+            kept = out if logits_to_keep == 0 else out[:, -logits_to_keep:]
+            logits = self.compute_logits(kept)
+        return SlimSpecDrafterOutput(logits=logits, hidden_states=out, cache=cache if use_cache else None)
+
+    # -- training-time test ------------------------------------------------------------------------------------
+    def ttt_step(
+        self,
+        inputs_embeds: torch.Tensor,
+        hidden_states: torch.Tensor,
+        position_ids: torch.LongTensor,
+        step: int,
+        context: list[tuple[torch.Tensor, torch.Tensor]],
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One unrolled training step (EAGLE-3's training-time test), returning the pre-norm states (B, T, d).
+
+        Step 0 reads target features, positions `position_ids`, causal attention; it starts `context`.
+        Step k ≥ 1 reads the drafter's own step k-1 states; its query at position t attends to the step-0 keys
+        of positions ≤ t and to its own chain's keys at t from steps 1..k, exactly what the drafter sees at
+        inference when drafting the k-th token after t. RoPE positions of step k are shifted by k (t + k),
+        the positions those drafted tokens hold at inference. `attention_mask` (B, T) masks padded keys.
+        `context` (a list) is extended in place with this step's (keys, values).
+        """
+        hidden_states = self.fuse(hidden_states)
+        cos, sin = self.rotary_emb(hidden_states, position_ids + step)
+        attn_layer = self.layer.self_attn
+        x = self.layer.attention_input(inputs_embeds.to(hidden_states.dtype), hidden_states)
+        q, k, v = attn_layer.project(x, cos, sin)  # (B, H, T, hd), (B, H_kv, T, hd) ×2
+        context.append((k, v))
+        attn = ttt_attention(q, context, attention_mask, attn_layer.num_groups)
+        return self.layer.finish(hidden_states, attn_layer.output(attn))
+
+
+def check_safetensors_checkpoint(folder: str) -> None:
+    """Refuses a folder whose weights are not safetensors, or whose safetensors files are truncated."""
+    names = sorted(os.listdir(folder))
+    tensors = [n for n in names if n.endswith(".safetensors")]
+    pickled = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+    if not tensors:
+        found = f"found {pickled}" if pickled else "found no weights file"
+        raise ValueError(
+            f"{folder!r} holds no .safetensors weights ({found}); SlimSpec drafters load from safetensors only. "
+            "Convert the weights with `safetensors.torch.save_file` or re-save with `save_pretrained`."
+        )
+    for name in tensors:
+        path = os.path.join(folder, name)
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            header_len = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            if header_len is None or header_len > size - 8:
+                raise ValueError(f"{path!r} is truncated or not a safetensors file ({size} bytes); re-save it.")
+            try:
+                header = json.loads(handle.read(header_len))
+            except ValueError as err:
+                raise ValueError(f"{path!r} has an unreadable safetensors header ({err}); re-save it.") from None
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + header_len + end > size:
+            raise ValueError(
+                f"{path!r} is truncated: its header describes {8 + header_len + end} bytes, the file has {size}. "
+                "Re-save or re-download it."
+            )
+
+
+def ttt_attention(
+    q: torch.Tensor,
+    context: list[tuple[torch.Tensor, torch.Tensor]],
+    key_mask: torch.Tensor | None,
+    num_groups: int,
+) -> torch.Tensor:
+    """Attention of step k = len(context) - 1: step-0 keys causally, plus the diagonal of steps 1..k.
+
+    q (B, H, T, hd); context[j] = (k_j, v_j), each (B, H_kv, T, hd). Returns (B, H, T, hd).
+    """
+    k0, v0 = context[0]
+    if num_groups > 1:
+        expand = lambda t: t.repeat_interleave(num_groups, dim=1)  # noqa: E731
+    else:
+        expand = lambda t: t  # noqa: E731
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    seq_len = q.shape[2]
+    scores = torch.matmul(q, expand(k0).transpose(-1, -2)) * scale  # (B, H, T, T)
+    allowed = causal_mask(seq_len, seq_len, q.device)  # (T, T)
+    if key_mask is not None:
+        # A padded query still sees its own key, so that no softmax row is empty (NaN gradients); real queries
+        # never see padded keys.
+        own = torch.eye(seq_len, dtype=torch.bool, device=q.device)
+        allowed = allowed & (key_mask[:, None, None, :].bool() | own)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    diag = [(q * expand(k_j)).sum(-1, keepdim=True) * scale for k_j, _ in context[1:]]  # each (B, H, T, 1)
+    probs = torch.softmax(torch.cat([scores, *diag], dim=-1).float(), dim=-1).to(q.dtype)  # (B, H, T, T + k)
+    out = torch.matmul(probs[..., :seq_len], expand(v0))
+    for j, (_, v_j) in enumerate(context[1:]):
+        out = out + probs[..., seq_len + j : seq_len + j + 1] * expand(v_j)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# generate() integration
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SlimSpecGenerationStats:
+    """Acceptance statistics of the last `generate()` call (filled in by the candidate generator)."""
+
+    rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_length(self) -> float:
+        """τ: tokens produced per target verification (accepted drafts + the target's own token)."""
+        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Fraction of rounds in which the i-th drafted token was accepted, among rounds that drafted it."""
+        return [a / d if d else float("nan") for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": self.rounds,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_length": self.acceptance_length,
+            "per_position_acceptance": self.per_position_acceptance,
+        }
+
+
+class SlimSpecCandidateGenerator(CandidateGenerator):
+    """Drafts k tokens per round from the target's hidden states of the positions it just accepted.
+
+    Round 1 returns no candidates so that the target prefills the prompt. Each later round appends the newly
+    accepted positions (target features) to the drafter's cache, dropping the positions the drafter computed
+    from its own states in the previous round, then drafts autoregressively, feeding back its own states.
+    """
+
+    requires_model_outputs = True
+
+    def __init__(
+        self,
+        drafter: SlimSpecDrafterForCausalLM,
+        target: PreTrainedModel,
+        generation_config,
+        logits_processor=None,
+        num_speculative_tokens: int | None = None,
+        confidence_threshold: float | None = None,
+        validate: bool = True,
+    ):
+        if validate:  # generate() validated the pairing already (see install_generation_hook)
+            validate_pairing(drafter, target)
+        self.drafter = drafter.attach_target(target)
+        self.layer_ids = list(drafter.config.target_layer_ids)
+        # Ask the target for just the three layers, unless the caller wants all hidden states returned anyway
+        # (the indices then still point into the full tuple).
+        wants_all = bool(getattr(generation_config, "output_hidden_states", False))
+        self.model_kwargs_overrides = {"output_hidden_states": True if wants_all else self.layer_ids}
+        self.num_speculative_tokens = int(num_speculative_tokens or drafter.config.num_speculative_tokens)
+        if confidence_threshold is not None and not 0.0 <= float(confidence_threshold) < 1.0:
+            raise ValueError(
+                f"`assistant_confidence_threshold` must be a probability in [0, 1), got {confidence_threshold!r}."
+            )
+        self.confidence_threshold = None if confidence_threshold is None else float(confidence_threshold)
+        self.max_length = generation_config.max_length
+        self.do_sample = bool(generation_config.do_sample)
+        self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+        eos = getattr(generation_config, "_eos_token_tensor", None)
+        self.eos_token_ids = set(eos.flatten().tolist()) if eos is not None else set()
+        self.cache = SlimSpecDrafterCache()
+        self.committed = 0  # drafter cache positions computed from target features
+        self.stats = SlimSpecGenerationStats()
+        drafter.last_generation_stats = self.stats
+        self._drafted_this_round = 0
+
+    @torch.no_grad()
+    def get_candidates(
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs=None,
+        model_outputs=None,
+        is_first_iteration=False,
+        n_last_matches: int = 0,
+        **kwargs,
+    ) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        self._drafted_this_round = 0
+        if is_first_iteration:
+            return input_ids, None  # let the target prefill; its hidden states arrive next round
+        if input_ids.shape[0] != 1:
+            raise ValueError(
+                f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
+                f"{input_ids.shape[0]}. Call `generate` once per prompt."
+            )
+        if model_outputs is None or getattr(model_outputs, "hidden_states", None) is None:
+            raise ValueError("The target's outputs carry no `hidden_states`; SlimSpec drafting needs them.")
+        drafter = self.drafter
+        seq_len = input_ids.shape[1]
+        # The target's last forward covered positions [committed, ...); the accepted ones are the first n_new.
+        n_new = seq_len - 1 - self.committed
+        features = torch.cat(
+            [model_outputs.hidden_states[i][:, :n_new] for i in self.layer_ids], dim=-1
+        )  # (1, n_new, 3·d_t)
+        features = features.to(device=drafter.device, dtype=drafter.dtype)
+        tokens = input_ids[:, self.committed + 1 :].to(drafter.device)  # x_{t+1} for each new t, (1, n_new)
+        attention_mask = None
+        mask_2d = model_kwargs.get("attention_mask") if model_kwargs else None
+        if mask_2d is not None and not bool(mask_2d.all()):
+            attention_mask = mask_2d[:, : seq_len - 1].to(drafter.device)
+        positions = self._positions(mask_2d, self.committed, n_new, drafter.device)
+
+        self.cache.crop(self.committed)
+        out = drafter(
+            input_ids=tokens,
+            hidden_states=features,
+            position_ids=positions,
+            attention_mask=attention_mask,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.committed += n_new
+
+        budget = min(self.num_speculative_tokens, self.max_length - seq_len - 1)
+        if budget <= 0:
+            return input_ids, None
+        logits = out.logits[:, -1].float()  # (1, V)
+        state = out.hidden_states[:, -1:]  # (1, 1, d)
+        candidate_ids = input_ids
+        all_logits = []
+        last_position = positions[:, -1:]
+        for i in range(budget):
+            if self.logits_processor is not None:
+                logits = self.logits_processor(candidate_ids, logits)
+            probs = None
+            if self.do_sample:
+                probs = torch.softmax(logits, dim=-1)
+                token = torch.multinomial(probs, num_samples=1)  # (1, 1)
+            else:
+                token = logits.argmax(dim=-1, keepdim=True)
+            all_logits.append(logits)
+            candidate_ids = torch.cat([candidate_ids, token.to(candidate_ids.device)], dim=-1)
+            if i == budget - 1 or int(token) in self.eos_token_ids:
+                break
+            if self.confidence_threshold is not None:  # unsure of this token: verify what we have
+                probs = probs if probs is not None else torch.softmax(logits, dim=-1)
+                if float(probs[0, token[0, 0]]) < self.confidence_threshold:
+                    break
+            step_mask = None
+            if attention_mask is not None:
+                step_mask = torch.cat(
+                    [
+                        attention_mask,
+                        attention_mask.new_ones((1, self.cache.get_seq_length() + 1 - attention_mask.shape[1])),
+                    ],
+                    dim=-1,
+                )
+            out = drafter(
+                input_ids=token.to(drafter.device),
+                hidden_states=state,
+                position_ids=last_position + i + 1,
+                attention_mask=step_mask,
+                cache=self.cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1].float()
+            state = out.hidden_states
+        self._drafted_this_round = len(all_logits)
+        candidate_logits = torch.stack(all_logits, dim=1)  # (1, k, V)
+        return candidate_ids, candidate_logits
+
+    @staticmethod
+    def _positions(mask_2d, start: int, length: int, device) -> torch.LongTensor:
+        if mask_2d is None:
+            return torch.arange(start, start + length, device=device)[None]
+        positions = (mask_2d.long().cumsum(-1) - 1).clamp(min=0)
+        return positions[:, start : start + length].to(device)
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
+        drafted = self._drafted_this_round
+        if self.committed == 0:
+            return  # the prefill round: nothing was drafted, nothing verified
+        stats = self.stats
+        accepted = int(num_matches)
+        stats.rounds += 1
+        stats.drafted_tokens += drafted
+        stats.accepted_tokens += accepted
+        while len(stats.drafted_per_position) < drafted:
+            stats.drafted_per_position.append(0)
+            stats.accepted_per_position.append(0)
+        for i in range(drafted):
+            stats.drafted_per_position[i] += 1
+            stats.accepted_per_position[i] += int(i < accepted)
+
+
+def validate_pairing(drafter: SlimSpecDrafterForCausalLM, target: PreTrainedModel) -> None:
+    """Fails loudly where a mismatch would silently collapse acceptance."""
+    cfg = drafter.config
+    tcfg = target.config.get_text_config()
+    if tcfg.vocab_size != cfg.vocab_size:
+        raise ValueError(
+            f"The drafter's vocab_size ({cfg.vocab_size}) differs from the target's ({tcfg.vocab_size}); "
+            "SlimSpec drafters share the target's vocabulary. Use a drafter trained for this target."
+        )
+    if tcfg.hidden_size != cfg.target_hidden_size:
+        raise ValueError(
+            f"The drafter expects target_hidden_size {cfg.target_hidden_size}, the target has hidden_size "
+            f"{tcfg.hidden_size}. Use a drafter trained for this target."
+        )
+    if cfg.target_layer_ids is None:
+        raise ValueError("The drafter config has no `target_layer_ids`; set them (indices into hidden_states).")
+    bad = [i for i in cfg.target_layer_ids if not 0 <= i <= tcfg.num_hidden_layers]
+    if bad:
+        raise ValueError(
+            f"The drafter's target_layer_ids {cfg.target_layer_ids} include {bad}, beyond the target's "
+            f"{tcfg.num_hidden_layers} layers (valid: 0..{tcfg.num_hidden_layers}, indices into hidden_states)."
+        )
+    expected = cfg.target_model_name_or_path
+    actual = getattr(target.config, "_name_or_path", None) or getattr(target, "name_or_path", None)
+    if expected and actual and _short_name(expected) != _short_name(actual):
+        warnings.warn(
+            f"This drafter was trained for {expected!r} but is paired with {actual!r}; acceptance may be low.",
+            stacklevel=3,
+        )
+
+
+def _short_name(name: str) -> str:
+    return str(name).rstrip("/").split("/")[-1].lower()
+
+
+def _is_slimspec_drafter(model) -> bool:
+    return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
+
+
+_HOOK_VERSION = 2  # 1: `_get_candidate_generator` and the k detection; 2: + explicit confidence threshold
+
+
+def _unwrap_slimspec(function):
+    """`function` without the wrappers any version of `install_generation_hook` put around it."""
+    while hasattr(function, "__wrapped__") and "install_generation_hook" in getattr(function, "__qualname__", ""):
+        function = function.__wrapped__
+    return function
+
+
+def install_generation_hook() -> None:
+    """Routes `generate(assistant_model=<SlimSpec drafter>)` to the SlimSpec candidate generator.
+
+    transformers has no public registry for candidate generators, so `GenerationMixin._get_candidate_generator`
+    (and `_prepare_generation_config`, `_validate_generation_mode`) are wrapped once: idempotent, also across
+    copies of this module loaded as remote code. The wrappers carry `_HOOK_VERSION`; a newer copy replaces the
+    wrappers of an older one (so an old remote-code drafter loaded first cannot pin old behaviour). Other
+    assistants keep transformers' own generators. The generator comes from the drafter's own class.
+    """
+    if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
+        return
+    for name in ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode"):
+        setattr(GenerationMixin, name, _unwrap_slimspec(getattr(GenerationMixin, name)))
+    original = GenerationMixin._get_candidate_generator
+
+    def _get_candidate_generator(
+        self,
+        generation_config,
+        input_ids,
+        inputs_tensor,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        *args,
+        **kwargs,
+    ):
+        if assistant_model is not None and _is_slimspec_drafter(assistant_model):
+            return assistant_model.make_candidate_generator(self, generation_config, logits_processor, input_ids)
+        return original(
+            self,
+            generation_config,
+            input_ids,
+            inputs_tensor,
+            logits_processor,
+            model_kwargs,
+            assistant_model,
+            *args,
+            **kwargs,
+        )
+
+    _get_candidate_generator._slimspec_hook = _HOOK_VERSION
+    _get_candidate_generator.__wrapped__ = original
+    GenerationMixin._get_candidate_generator = _get_candidate_generator
+
+    # transformers fills an unset `num_assistant_tokens` with its global default (20) before the generator is
+    # built; remember whether the caller (kwargs, generation_config or the target's config) really set it.
+    original_prepare = GenerationMixin._prepare_generation_config
+
+    def _prepare_generation_config(self, generation_config=None, **kwargs):
+        config, model_kwargs = original_prepare(self, generation_config, **kwargs)
+        explicit = "num_assistant_tokens" in kwargs or any(
+            getattr(c, "num_assistant_tokens", None) is not None for c in (generation_config, self.generation_config)
+        )
+        config._slimspec_explicit_k = explicit
+        # Likewise `assistant_confidence_threshold` (transformers' global default 0.4 is meant for its own
+        # assistants): SlimSpec drafters honour it only where the caller set it, else their config's
+        # `draft_confidence_threshold`.
+        config._slimspec_explicit_threshold = "assistant_confidence_threshold" in kwargs or any(
+            getattr(c, "assistant_confidence_threshold", None) is not None
+            for c in (generation_config, self.generation_config)
+        )
+        return config, model_kwargs
+
+    _prepare_generation_config.__wrapped__ = original_prepare
+    _prepare_generation_config._slimspec_hook = _HOOK_VERSION
+    GenerationMixin._prepare_generation_config = _prepare_generation_config
+
+    # Check the pairing before transformers' own assistant checks, whose vocabulary message ("different
+    # tokenizers") would point SlimSpec users the wrong way.
+    original_validate = GenerationMixin._validate_generation_mode
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        assistant = generation_mode_kwargs.get("assistant_model")
+        if assistant is not None and _is_slimspec_drafter(assistant):
+            validate_pairing(assistant, self)
+        return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
+
+    _validate_generation_mode.__wrapped__ = original_validate
+    _validate_generation_mode._slimspec_hook = _HOOK_VERSION
+    GenerationMixin._validate_generation_mode = _validate_generation_mode
+
+
+install_generation_hook()
+
+
+__all__ = [
+    "LowRankHead",
+    "FullHead",
+    "TrimmedHead",
+    "TargetHead",
+    "low_rank_factors",
+    "SlimSpecDrafterCache",
+    "SlimSpecDrafterPreTrainedModel",
+    "SlimSpecDrafterForCausalLM",
+    "SlimSpecDrafterOutput",
+    "SlimSpecCandidateGenerator",
+    "SlimSpecGenerationStats",
+    "install_generation_hook",
+    "ttt_attention",
+    "causal_mask",
+    "validate_pairing",
+]

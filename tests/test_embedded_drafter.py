@@ -1,0 +1,63 @@
+"""The shipped drafter of the embedded default (`drafters/smollm2-135m-instruct-slimspec`): its files, its loading,
+and lossless, accelerated drafting on the real SmolLM2-135M-Instruct."""
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from slimspec_hf import SlimSpecDrafterForCausalLM, load_embedded_drafter
+from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
+
+
+# τ on the three prompts below (greedy, 48 new tokens): 1.20 for the shipped drafter when it was committed, 1.00 for
+# an untrained drafter of the same shape (SVD head init); greedy decoding makes both deterministic.
+TAU_FLOOR = 1.1
+
+
+def test_shipped_folder_is_complete_small_and_bf16():
+    folder = EMBEDDED_DRAFTER_DIR
+    for name in ("config.json", "model.safetensors", "README.md", "configuration_slimspec.py", "modeling_slimspec.py"):
+        assert (folder / name).is_file(), name
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    assert size <= 20 * 2**20, f"{size / 2**20:.1f} MiB"
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        keys = list(f.keys())
+        dtypes = {f.get_slice(k).get_dtype() for k in keys}
+    assert dtypes == {"BF16"}
+    assert not any("embed" in k for k in keys)  # the embedding is borrowed from the target, never saved
+    config = json.loads((folder / "config.json").read_text())
+    assert config["head_type"] == "low_rank" and config["head_rank"] == 72
+    assert config["auto_map"]["AutoModelForCausalLM"].endswith("SlimSpecDrafterForCausalLM")
+
+
+def test_loads_with_auto_class_and_helper():
+    from transformers import AutoModelForCausalLM
+
+    helper = load_embedded_drafter()
+    auto = AutoModelForCausalLM.from_pretrained(EMBEDDED_DRAFTER_DIR)
+    assert isinstance(helper, SlimSpecDrafterForCausalLM) and isinstance(auto, SlimSpecDrafterForCausalLM)
+    assert helper.dtype == torch.float32  # bf16 on disk, fp32 to run fast on CPUs without bf16 units
+    helper_state, auto_state = helper.state_dict(), auto.state_dict()
+    assert list(helper_state) == list(auto_state)
+    for name, value in helper_state.items():
+        torch.testing.assert_close(value.float(), auto_state[name].float(), msg=name)
+
+
+@pytest.mark.integration
+def test_shipped_drafter_is_lossless_and_accepts_on_smollm2(embedded_target):
+    model, tokenizer = embedded_target
+    drafter = load_embedded_drafter()
+    accepted = rounds = 0
+    for question in ["What is the capital of France?", "List three uses of a paperclip.", "Explain what a CPU is."]:
+        inputs = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        plain = model.generate(**inputs, max_new_tokens=48, do_sample=False)
+        fast = model.generate(**inputs, max_new_tokens=48, do_sample=False, assistant_model=drafter)
+        assert fast.tolist() == plain.tolist(), question
+        stats = drafter.last_generation_stats
+        accepted, rounds = accepted + stats.accepted_tokens, rounds + stats.rounds
+    tau = (accepted + rounds) / rounds
+    assert tau >= TAU_FLOOR, tau
