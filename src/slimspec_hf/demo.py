@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = drafter.config
     print(
         f"Drafter: head_type={cfg.head_type} rank={cfg.head_rank} k={cfg.num_speculative_tokens} "
+        f"draft_confidence_threshold={getattr(cfg, 'draft_confidence_threshold', None)} "
         f"target_layer_ids={cfg.target_layer_ids}{'' if trained else ' (untrained)'}\n"
     )
 
