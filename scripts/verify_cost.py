@@ -62,13 +62,11 @@ def main() -> None:
         return lambda: target(tokens, cache=cache, use_cache=True, **extra)
 
     sizes = list(range(1, args.max_k + 2))
-    medians = {}
-    for n in sizes:  # interleaved over repeats so that all sizes share the machine's noise
-        medians[n] = []
-    for _ in range(args.repeats):
+    samples = {n: [] for n in sizes}
+    for _ in range(args.repeats):  # interleaved over repeats so that all sizes share the machine's noise
         for n in sizes:
-            medians[n].append(_time(verify(n), 1))
-    t = {n: statistics.median(v) for n, v in medians.items()}
+            samples[n].append(_time(verify(n), 1))
+    t = {n: statistics.median(v) for n, v in samples.items()}
 
     t_draft = None
     if drafter is not None:
