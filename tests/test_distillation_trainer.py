@@ -440,3 +440,15 @@ def test_max_samples_draws_a_seeded_random_subset(tmp_path):
     first_six = [tuple(r["input_ids"]) for r in rows.select(range(6))]
     assert len(picked[0]) == 6 and picked[0] == picked[1]  # deterministic for a seed
     assert picked[0] != first_six and picked[0] != picked[2]  # random, not the (length-sorted) head of the file
+
+
+def test_training_from_a_half_precision_drafter_uses_fp32_master_weights(tmp_path):
+    target = peaked_target()
+    source = make_tiny_drafter(target, head_rank=16)
+    source.to(torch.bfloat16).save_pretrained(tmp_path / "bf16-drafter")
+    args = tiny_args(tmp_path, max_steps=2, drafter_model=str(tmp_path / "bf16-drafter"))
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(8))
+    assert {p.dtype for p in trainer.drafter.parameters()} == {torch.float32}
+    expected = source.state_dict()["lm_head.up.weight"].float()
+    assert torch.equal(trainer.drafter.state_dict()["lm_head.up.weight"], expected)  # the saved weights, upcast
+    trainer.train()

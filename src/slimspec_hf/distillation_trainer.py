@@ -182,11 +182,12 @@ class SlimSpecTrainer(Trainer):
                 eval_dataset, processing_class, args.max_length, args.dataset_num_proc, name="eval_dataset"
             )
 
-        # Drafter.
-        if isinstance(model, str):
-            model = SlimSpecDrafterForCausalLM.from_pretrained(model)
+        # Drafter. One given by path loads in fp32 whatever it was saved in (a shipped drafter is bf16): the
+        # optimiser's master weights must be fp32, or small updates round away; `bf16=True` etc. still apply.
         if model is None and args.drafter_model is not None:
-            model = SlimSpecDrafterForCausalLM.from_pretrained(args.drafter_model)
+            model = args.drafter_model
+        if isinstance(model, str):
+            model = SlimSpecDrafterForCausalLM.from_pretrained(model, dtype=torch.float32)
         if model is None:
             model = build_drafter(target, args)
             initialise_head(model, target, args, train_dataset)
