@@ -13,6 +13,7 @@ from slimspec_hf.rank_selection import (
     assumed_rho_tau,
     choose_rank,
     default_ranks,
+    drafter_states_from_sequences,
     fit_proxy,
     head_inputs_from_sequences,
     load_head_weight,
@@ -21,6 +22,8 @@ from slimspec_hf.rank_selection import (
     rho_tau_from_agreements,
     token_weights_from_logits,
 )
+
+from .conftest import make_tiny_drafter
 
 
 def knee_head(d=32, vocab=256, knee=8, seed=0):
@@ -134,6 +137,25 @@ def test_head_inputs_from_sequences_tiny_target(tiny_target):
     assert torch.equal(same, own) and torch.allclose(same, heads)
     with pytest.raises(ValueError, match="proxy_layers"):
         head_inputs_from_sequences(tiny_target, sequences, proxy_layers=6)
+
+
+def test_drafter_states_pair_the_drafters_state_with_the_targets_next_position(tiny_target):
+    drafter = make_tiny_drafter(tiny_target)
+    sequences = [torch.randint(128, (9,)), torch.randint(128, (1,)), torch.randint(128, (5,))]
+    heads, states = drafter_states_from_sequences(tiny_target, drafter, sequences)
+    assert heads.shape == states.shape == (8 + 4, 32)  # len − 1 rows per sequence; the 1-token one adds none
+    ids = sequences[0].view(1, -1)
+    with torch.no_grad():
+        logits = tiny_target(input_ids=ids).logits[0]
+        hidden = tiny_target(input_ids=ids, output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i] for i in drafter.config.target_layer_ids], dim=-1)
+        drafted = drafter(input_ids=ids[:, 1:], hidden_states=features[:, :-1]).logits[0]
+    # the target's next-token logits at t+1 come from the head input of row t ...
+    assert torch.allclose(heads[:8] @ tiny_target.lm_head.weight.T, logits[1:], atol=1e-5)
+    # ... and the drafter's head applied to its state at t gives its draft for the same token
+    assert torch.allclose(drafter.lm_head(states[:8]), drafted, atol=1e-5)
+    with pytest.raises(ValueError, match="shorter than 2"):
+        drafter_states_from_sequences(tiny_target, drafter, [torch.randint(128, (1,))])
 
 
 def test_activation_aware_factors_beat_the_plain_svd_under_the_data():

@@ -15,6 +15,9 @@ For each candidate r the acceptance–cost model needs ν(r) and ρτ(r):
   positions, a_full and a(r), share the proxy's deficit (a 1-layer map cannot do a decoder layer's work), and
   the chain model τ(α) = Σ_{i=0..k} α^i turns them into ρτ(r) = τ(α_full·a(r)/a_full) / τ(α_full), with
   α_full = a_full unless a measured τ of a full-head drafter is given (`--tau-full`).
+- With `--drafter PATH` (a trained drafter, ideally full-head) the proxies read that drafter's own teacher-forced
+  step-0 states instead of the target's: the states a drafter's head really sees, built by a decoder layer that
+  had a whole training run to learn them, so the fits measure what a rank-r head loses on such states.
 
 The predicted speed-up over the full head is ρτ·(1+κ)/(1+ν·κ) (`cost_model.speedup`), with κ measured on this
 machine from the target and a drafter of its shape, or given with `--kappa`.
@@ -479,10 +482,44 @@ def head_inputs_from_sequences(target, sequences, proxy_layers: int = 1) -> tupl
 
 
 @torch.no_grad()
-def collect_head_inputs(
-    target, tokenizer, prompts: list[str], num_positions: int = 1536, max_new_tokens: int = 32, proxy_layers: int = 1
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`head_inputs_from_sequences` on prompts and the target's own greedy answers to them (≤ `num_positions`)."""
+def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs of the target's LM head, a trained drafter's head inputs), both N×d fp32, teacher-forced, step 0.
+
+    At position t the drafter reads the target's fused features at t and token t+1, and its state predicts token
+    t+2: the target's prediction at t+1. So row i pairs the drafter's normed state at t with the target's head
+    input at t+1 (N = Σ (len − 1) over `sequences`). These are the states of a drafter that has learnt to build
+    them, the realistic input of a drafter's head, which a proxy reading the target's own state is not.
+    """
+    from .modeling_slimspec import validate_pairing
+
+    validate_pairing(drafter, target)
+    if drafter.config.hidden_size != target.get_output_embeddings().weight.shape[1]:
+        raise ValueError(
+            f"`--drafter` has hidden_size {drafter.config.hidden_size} but the target's head reads "
+            f"{target.get_output_embeddings().weight.shape[1]}: the proxies need both heads over the same width."
+        )
+    backbone = getattr(target, target.base_model_prefix, target)
+    layer_ids = list(drafter.config.target_layer_ids)
+    heads, states = [], []
+    for sequence in sequences:
+        ids = sequence.to(target.device).view(1, -1)
+        if ids.shape[1] < 2:
+            continue
+        out = backbone(input_ids=ids, output_hidden_states=layer_ids, use_cache=False)
+        features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)
+        drafted = drafter(input_ids=ids[:, 1:], hidden_states=features[:, :-1], logits_to_keep=-1).hidden_states
+        heads.append(out.last_hidden_state[0, 1:].float().cpu())
+        states.append(drafter.norm(drafted)[0].float().cpu())
+    if not heads:
+        raise ValueError("Every sequence is shorter than 2 tokens: nothing for the drafter to predict.")
+    return torch.cat(heads), torch.cat(states)
+
+
+@torch.no_grad()
+def generate_sequences(
+    target, tokenizer, prompts: list[str], num_positions: int = 1536, max_new_tokens: int = 32
+) -> list[torch.Tensor]:
+    """Prompts followed by the target's own greedy answers, until they hold ≥ `num_positions` tokens."""
     from .benchmark import encode_prompt
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -494,7 +531,29 @@ def collect_head_inputs(
         total += sequence.shape[1]
         if total >= num_positions:
             break
-    heads, proxies = head_inputs_from_sequences(target, sequences, proxy_layers)
+    return sequences
+
+
+@torch.no_grad()
+def collect_head_inputs(
+    target,
+    tokenizer,
+    prompts: list[str],
+    num_positions: int = 1536,
+    max_new_tokens: int = 32,
+    proxy_layers: int = 1,
+    drafter=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(head inputs, proxy inputs), ≤ `num_positions` each, on prompts and the target's greedy answers to them.
+
+    The proxy inputs are the target's state `proxy_layers` below its head (`head_inputs_from_sequences`) or, with
+    `drafter`, that drafter's own states (`drafter_states_from_sequences`).
+    """
+    sequences = generate_sequences(target, tokenizer, prompts, num_positions, max_new_tokens)
+    if drafter is not None:
+        heads, proxies = drafter_states_from_sequences(target, drafter, sequences)
+    else:
+        heads, proxies = head_inputs_from_sequences(target, sequences, proxy_layers)
     return heads[:num_positions], proxies[:num_positions]
 
 
@@ -578,6 +637,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="the proxies read the target's state this many layers below the head (0: the head's input)",
     )
+    p.add_argument(
+        "--drafter",
+        default=None,
+        help="a trained drafter (ideally full-head) whose own states the proxies read, instead of the target's",
+    )
     p.add_argument("--num-speculative-tokens", "-k", type=int, default=6)
     p.add_argument(
         "--num-positions",
@@ -636,6 +700,12 @@ def main(argv: list[str] | None = None) -> int:
         from .targets import load_target
 
         target, tokenizer = load_target(args.target)
+        drafter = None
+        if args.drafter:
+            from .modeling_slimspec import SlimSpecDrafterForCausalLM
+
+            drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.drafter, dtype=torch.float32)
+            drafter.to(target.device).eval().attach_target(target)
         weight = load_head_weight(args.head) if args.head else target.get_output_embeddings().weight.detach()
         vocab, d = weight.shape
         ranks = args.ranks or default_ranks(d, vocab)
@@ -653,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             args.num_positions,
             args.max_new_tokens,
             proxy_layers=args.proxy_layers,
+            drafter=drafter,
         )
         logger.info("κ, ν and %d hidden states in %.1fs", states.shape[0], time.perf_counter() - start)
         best, rows, reference = choose_rank(
@@ -675,9 +746,14 @@ def main(argv: list[str] | None = None) -> int:
             source = f"α_full = {alpha:.3f} (given)"
         else:
             source = f"α_full = a_full = {reference.agreement:.3f} (the full-head proxy's)"
+        reads = (
+            f"the step-0 states of the drafter {args.drafter}"
+            if args.drafter
+            else f"the target's state {args.proxy_layers} layer(s) below the head"
+        )
         print(
-            f"## {args.head or args.target}: head {d}×{vocab}, {states.shape[0]} positions, proxies read the state "
-            f"{args.proxy_layers} layer(s) below the head, {args.steps} fit steps each, k = {k}, {source}, "
+            f"## {args.head or args.target}: head {d}×{vocab}, {states.shape[0]} positions, proxies read {reads}, "
+            f"{args.steps} fit steps each, k = {k}, {source}, "
             f"κ = {kappa:.3f} ({'given' if args.kappa is not None else 'measured'})",
             "",
             render_table(rows, best, kappa, d, reference),
@@ -693,7 +769,8 @@ def main(argv: list[str] | None = None) -> int:
                 "kappa_breakdown": kappa_info,
                 "acceptance_rate": alpha,
                 "num_positions": states.shape[0],
-                "proxy_layers": args.proxy_layers,
+                "proxy_layers": None if args.drafter else args.proxy_layers,
+                "drafter": args.drafter,
                 "steps": args.steps,
                 "full_head_proxy": asdict(reference),
                 "rho_tau_source": "proxy fits (rank-r vs full head, same map and budget)",
