@@ -13,6 +13,7 @@ from slimspec_hf.rank_selection import (
     assumed_rho_tau,
     choose_rank,
     default_ranks,
+    drafter_head_weight,
     drafter_states_from_sequences,
     fit_proxy,
     head_inputs_from_sequences,
@@ -156,6 +157,13 @@ def test_drafter_states_pair_the_drafters_state_with_the_targets_next_position(t
     assert torch.allclose(drafter.lm_head(states[:8]), drafted, atol=1e-5)
     with pytest.raises(ValueError, match="shorter than 2"):
         drafter_states_from_sequences(tiny_target, drafter, [torch.randint(128, (1,))])
+    # the proxies start from the drafter's own head, as a dense V×d matrix
+    weight = drafter_head_weight(drafter)
+    assert weight.shape == (128, 32)
+    assert torch.allclose(states[:8] @ weight.T, drafted, atol=1e-4)
+    assert drafter_head_weight(make_tiny_drafter(tiny_target, head_type="target")) is None
+    with pytest.raises(ValueError, match="proxy_weight"):
+        choose_rank([4], {4: 0.1}, 0.3, weight=weight, hidden_states=heads, proxy_weight=weight[:, :16])
 
 
 def test_activation_aware_factors_beat_the_plain_svd_under_the_data():

@@ -288,6 +288,7 @@ def choose_rank(
     weight: torch.Tensor | None = None,
     hidden_states: torch.Tensor | None = None,
     proxy_states: torch.Tensor | None = None,
+    proxy_weight: torch.Tensor | None = None,
     hidden_size: int | None = None,
     acceptance_rate: float | None = None,
     num_speculative_tokens: int = 6,
@@ -302,8 +303,10 @@ def choose_rank(
     With `weight` (V×d) and `hidden_states` (N×d inputs of that head) ρτ(r) comes from the proxy fits: the
     proxies read `proxy_states` (N×d, the target's state some layers below the head, default `hidden_states`)
     and are fitted to `weight`'s logits on `hidden_states`; positions are split into train / validation (picks
-    the checkpoint) / test (reported), `eval_fraction` held out in two halves. Without them, ρτ(r) is the
-    paper-anchored assumption `assumed_rho_tau` (then `hidden_size` is required) and the reference is None.
+    the checkpoint) / test (reported), `eval_fraction` held out in two halves. The proxies start from
+    `proxy_weight` (V×d, default `weight`: e.g. a drafter's own head when they read that drafter's states) and
+    its token- and activation-weighted SVD. Without them, ρτ(r) is the paper-anchored assumption
+    `assumed_rho_tau` (then `hidden_size` is required) and the reference is None.
     """
     if not ranks:
         raise ValueError("`ranks` is empty; give at least one candidate rank.")
@@ -331,7 +334,12 @@ def choose_rank(
                 "train, validation or test split; give more positions."
             )
         weight = weight.detach().float()
-        singular = singular_values(weight)
+        start = weight if proxy_weight is None else proxy_weight.detach().float()
+        if start.shape != weight.shape:
+            raise ValueError(
+                f"`proxy_weight` must be V×d like `weight` {tuple(weight.shape)}, got {tuple(start.shape)}."
+            )
+        singular = singular_values(start)
         order = torch.randperm(hidden_states.shape[0], generator=torch.Generator().manual_seed(seed))
         test_idx, val_idx, train_idx = order[:n_held], order[n_held : 2 * n_held], order[2 * n_held :]
         with torch.no_grad():
@@ -351,7 +359,7 @@ def choose_rank(
             test_top1=test_top1,
         )
         fit_kwargs = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed)
-        reference = fit_proxy(AdaptedHead(weight, seed=seed), **splits, **fit_kwargs, rank=FULL_RANK)
+        reference = fit_proxy(AdaptedHead(start, seed=seed), **splits, **fit_kwargs, rank=FULL_RANK)
         logger.info(
             "full head: top-1 %.3f → %.3f (best step %d) in %.1fs",
             reference.initial_agreement,
@@ -366,7 +374,7 @@ def choose_rank(
         if not 0 < rank < hidden_size:
             raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
         if weight is not None:
-            down, up = activation_aware_factors(weight, splits["train_inputs"], rank, token_weights=weights)
+            down, up = activation_aware_factors(start, splits["train_inputs"], rank, token_weights=weights)
             fit = fit_proxy(AdaptedHead(down, up, seed=seed), **splits, **fit_kwargs, rank=rank)
             logger.info(
                 "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
@@ -557,6 +565,21 @@ def collect_head_inputs(
     return heads[:num_positions], proxies[:num_positions]
 
 
+@torch.no_grad()
+def drafter_head_weight(drafter) -> torch.Tensor | None:
+    """A drafter's head as a dense V×d matrix (full: its weight; low-rank: W_up·W_down), or None (trimmed, target).
+
+    The proxies that read a drafter's states start from it: the target's own head means nothing on those states.
+    """
+    head = drafter.get_output_embeddings()
+    if hasattr(head, "merged_weight"):
+        return head.merged_weight().float()
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.shape[0] == drafter.config.vocab_size:
+        return weight.detach().float()
+    return None
+
+
 def load_head_weight(path: str | os.PathLike) -> torch.Tensor:
     """A full head's V×d weight from a drafter folder (`lm_head.weight`) or a safetensors file."""
     from safetensors.torch import load_file
@@ -700,12 +723,13 @@ def main(argv: list[str] | None = None) -> int:
         from .targets import load_target
 
         target, tokenizer = load_target(args.target)
-        drafter = None
+        drafter = proxy_weight = None
         if args.drafter:
             from .modeling_slimspec import SlimSpecDrafterForCausalLM
 
             drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.drafter, dtype=torch.float32)
             drafter.to(target.device).eval().attach_target(target)
+            proxy_weight = drafter_head_weight(drafter)
         weight = load_head_weight(args.head) if args.head else target.get_output_embeddings().weight.detach()
         vocab, d = weight.shape
         ranks = args.ranks or default_ranks(d, vocab)
@@ -733,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
             weight=weight,
             hidden_states=states,
             proxy_states=proxy_states,
+            proxy_weight=proxy_weight,
             acceptance_rate=alpha,
             num_speculative_tokens=k,
             steps=args.steps,
