@@ -5,6 +5,7 @@ import json
 import pytest
 
 from slimspec_hf.benchmark import OVERALL, aggregate, load_questions, main, report_category
+from slimspec_hf.cost_model import speedup
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
@@ -157,8 +158,17 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
         assert entries[0]["dataset"] == "Spec-Bench"
         assert entries[0]["acceptance_length"] == pytest.approx(overall[name, 0.0]["tau"])
         assert {"rho_tau", "speedup", "nu", "kappa"} <= set(entries[0])
+    # ν and κ of the prediction both refer to the reference's own head, so ν·κ is the low-rank head's share
+    full, low = report["head_costs"]["full"], report["head_costs"]["low"]
+    kappa_ref = 3 * full["t_head"] / full["t_non_head"]
+    for temperature in (0.0, 1.0):
+        row = overall["low", temperature]
+        assert row["nu"] == pytest.approx(low["t_head"] / full["t_head"])
+        assert row["kappa"] == pytest.approx(kappa_ref)
+        assert row["predicted_speedup_vs_reference"] == pytest.approx(speedup(row["rho_tau"], row["nu"], kappa_ref))
     markdown = (out / "results.md").read_text()
     assert "| **overall** |" in markdown and "Drafter-step breakdown" in markdown
+    assert "| full | full |" in markdown and "| low | low_rank r=" in markdown  # no rank shown for a dense head
 
 
 def test_greedy_records_same_tokens_for_every_system(tmp_path):
