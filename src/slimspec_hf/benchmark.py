@@ -359,7 +359,6 @@ def _add_predictions(
     ref = head_costs[reference]
     if ref.get("t_non_head"):
         kappa = ref["num_speculative_tokens"] * ref["t_head"] / ref["t_non_head"]
-        ref["kappa_reference"] = kappa
     if kappa is None:
         return
     drafter_of = drafter_of or {}

@@ -33,6 +33,7 @@ from .modeling_slimspec import (
     low_rank_factors,
     validate_pairing,
 )
+from .targets import target_features
 
 
 logger = logging.getLogger(__name__)
@@ -242,12 +243,7 @@ class SlimSpecTrainer(Trainer):
     @torch.no_grad()
     def _run_target(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Fused features (B, T, 3·d_t) and final hidden states (B, T, d_t) of the frozen target."""
-        backbone = getattr(self.target, self.target.base_model_prefix, self.target)
-        out = backbone(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=self._layer_ids, use_cache=False
-        )
-        features = torch.cat([out.hidden_states[i] for i in self._layer_ids], dim=-1)  # (B, T, 3·d_t)
-        return features, out.last_hidden_state
+        return target_features(self.target, input_ids, self._layer_ids, attention_mask)
 
     def _target_states(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]

@@ -499,6 +499,7 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
     them, the realistic input of a drafter's head, which a proxy reading the target's own state is not.
     """
     from .modeling_slimspec import validate_pairing
+    from .targets import target_features
 
     validate_pairing(drafter, target)
     if drafter.config.hidden_size != target.get_output_embeddings().weight.shape[1]:
@@ -506,17 +507,15 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
             f"`--drafter` has hidden_size {drafter.config.hidden_size} but the target's head reads "
             f"{target.get_output_embeddings().weight.shape[1]}: the proxies need both heads over the same width."
         )
-    backbone = getattr(target, target.base_model_prefix, target)
     layer_ids = list(drafter.config.target_layer_ids)
     heads, states = [], []
     for sequence in sequences:
         ids = sequence.to(target.device).view(1, -1)
         if ids.shape[1] < 2:
             continue
-        out = backbone(input_ids=ids, output_hidden_states=layer_ids, use_cache=False)
-        features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)
+        features, final = target_features(target, ids, layer_ids)
         drafted = drafter(input_ids=ids[:, 1:], hidden_states=features[:, :-1], logits_to_keep=-1).hidden_states
-        heads.append(out.last_hidden_state[0, 1:].float().cpu())
+        heads.append(final[0, 1:].float().cpu())
         states.append(drafter.norm(drafted)[0].float().cpu())
     if not heads:
         raise ValueError("Every sequence is shorter than 2 tokens: nothing for the drafter to predict.")

@@ -121,6 +121,18 @@ def load_embedded_drafter(path: str | os.PathLike | None = None, dtype: torch.dt
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
 
 
+@torch.no_grad()
+def target_features(target, input_ids, layer_ids, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A target's fused features (B, T, len(layer_ids)·d_t), the drafter's input, and its final hidden states
+    (B, T, d_t), the input of its LM head, from one forward of its backbone (no LM head, no cache).
+
+    `layer_ids` index HF `hidden_states` (0 = embeddings, i = input of decoder layer i)."""
+    backbone = getattr(target, target.base_model_prefix, target)
+    out = backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=layer_ids, use_cache=False)
+    features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)
+    return features, out.last_hidden_state
+
+
 __all__ = [
     "EMBEDDED_TARGET_NAME",
     "EMBEDDED_WHEEL",
@@ -130,4 +142,5 @@ __all__ = [
     "load_embedded_drafter",
     "load_target",
     "is_embedded",
+    "target_features",
 ]
