@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from slimspec_hf.benchmark import OVERALL, aggregate, load_questions, main, report_category
+from slimspec_hf.benchmark import OVERALL, acceptance_cost_points, aggregate, load_questions, main, report_category
 from slimspec_hf.cost_model import speedup
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
@@ -166,6 +166,8 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
         assert row["nu"] == pytest.approx(low["t_head"] / full["t_head"])
         assert row["kappa"] == pytest.approx(kappa_ref)
         assert row["predicted_speedup_vs_reference"] == pytest.approx(speedup(row["rho_tau"], row["nu"], kappa_ref))
+    points, plot_kappa = acceptance_cost_points(report)  # the figure's iso-lines use the predictions' κ
+    assert plot_kappa == pytest.approx(kappa_ref) and {p["name"] for p in points} == {"low", "full"}
     markdown = (out / "results.md").read_text()
     assert "| **overall** |" in markdown and "Drafter-step breakdown" in markdown
     assert "| full | full |" in markdown and "| low | low_rank r=" in markdown  # no rank shown for a dense head

@@ -534,17 +534,32 @@ def plot_results(report: dict, folder: Path) -> list[Path]:
         path = folder / filename
         cost_model.save_figure(fig, path)
         written.append(path)
-    if cfg.get("reference") and report.get("kappa") is not None:
-        points = [
-            {"name": r["system"], "nu": r["nu"], "rho_tau": r["rho_tau"], "speedup": r.get("speedup_vs_reference")}
-            for r in report["results"]
-            if r["category"] == OVERALL and r["temperature"] == cfg["temperatures"][0] and r.get("nu") is not None
-        ]
-        if points:
-            path = folder / "acceptance_cost.png"
-            cost_model.plot_acceptance_cost(points, report["kappa"], path)
-            written.append(path)
+    points, kappa = acceptance_cost_points(report)
+    if points:
+        path = folder / "acceptance_cost.png"
+        cost_model.plot_acceptance_cost(points, kappa, path)
+        written.append(path)
     return written
+
+
+def acceptance_cost_points(report: dict) -> tuple[list[dict], float | None]:
+    """The heads placed on the acceptance–cost figure (overall, first temperature) and the κ of its iso-lines.
+
+    κ is the one the predictions used, the reference head's own (`_add_predictions`), so each point's position
+    relative to the lines agrees with its predicted speed-up. Empty without a reference."""
+    cfg = report["config"]
+    overall = [
+        r
+        for r in report["results"]
+        if r["category"] == OVERALL and r["temperature"] == cfg["temperatures"][0] and r.get("nu") is not None
+    ]
+    if not cfg.get("reference") or not overall:
+        return [], None
+    points = [
+        {"name": r["system"], "nu": r["nu"], "rho_tau": r["rho_tau"], "speedup": r.get("speedup_vs_reference")}
+        for r in overall
+    ]
+    return points, overall[0]["kappa"]
 
 
 def write_outputs(report: dict, output_dir: str | os.PathLike) -> list[Path]:
