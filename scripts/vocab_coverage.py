@@ -14,25 +14,27 @@ import argparse
 import json
 from pathlib import Path
 
-from safetensors import safe_open
+from transformers import AutoModelForCausalLM
 
+import slimspec_hf  # noqa: F401  (registers the drafter with the Auto classes)
+from slimspec_hf.data import load_training_dataset
 from slimspec_hf.targets import load_target
 
 
 def kept_token_ids(drafter_dir: Path) -> set[int]:
-    with safe_open(str(drafter_dir / "model.safetensors"), "pt") as f:
-        if "lm_head.token_ids" not in f.keys():
-            raise SystemExit(
-                f"`drafter` ({drafter_dir}) has no trimmed head (no `lm_head.token_ids`): pass a drafter trained "
-                "with `--head_type trimmed`."
-            )
-        return set(f.get_tensor("lm_head.token_ids").tolist())
+    drafter = AutoModelForCausalLM.from_pretrained(drafter_dir)
+    if drafter.config.head_type != "trimmed":
+        raise SystemExit(
+            f"`drafter` ({drafter_dir}) has a {drafter.config.head_type!r} head: pass a drafter trained with "
+            "`--head_type trimmed`."
+        )
+    return set(drafter.lm_head.token_ids.tolist())
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("drafter", type=Path, help="trimmed drafter folder")
-    parser.add_argument("data", type=Path, help="folder of regenerated conversations (*.jsonl under it)")
+    parser.add_argument("data", type=Path, help="`slimspec prepare-data` output folder")
     parser.add_argument("--subset", type=Path, help="jsonl whose ids form the first group (e.g. the training subset)")
     parser.add_argument("--target", default="embedded", help="target whose tokenizer to use")
     args = parser.parse_args(argv)
@@ -41,17 +43,12 @@ def main(argv=None) -> None:
     _, tokenizer = load_target(args.target)
     subset = {json.loads(line)["id"] for line in args.subset.open()} if args.subset else set()
     counts = {"subset": [0, 0], "rest": [0, 0]}  # group -> [tokens, covered]
-    files = sorted(args.data.rglob("*.jsonl"))
-    if not files:
-        raise SystemExit(f"`data` ({args.data}) holds no *.jsonl files: pass a `slimspec prepare-data` output folder.")
-    for path in files:
-        for line in path.open():
-            row = json.loads(line)
-            text = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
-            ids = [t for turn in text for t in tokenizer(turn, add_special_tokens=False)["input_ids"]]
-            group = counts["subset" if row["id"] in subset else "rest"]
-            group[0] += len(ids)
-            group[1] += sum(t in kept for t in ids)
+    for row in load_training_dataset(args.data):
+        text = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        ids = [t for turn in text for t in tokenizer(turn, add_special_tokens=False)["input_ids"]]
+        group = counts["subset" if row["id"] in subset else "rest"]
+        group[0] += len(ids)
+        group[1] += sum(t in kept for t in ids)
     print(f"K = {len(kept)} kept tokens")
     for name, (total, covered) in counts.items():
         if total:

@@ -30,6 +30,7 @@ import torch
 
 from . import cost_model
 from .metrics import acceptance_length, measure_round_costs, model_index_entry, rho_tau
+from .metrics import kappa as metrics_kappa
 
 
 logger = logging.getLogger(__name__)
@@ -358,7 +359,7 @@ def _add_predictions(
         return
     ref = head_costs[reference]
     if ref.get("t_non_head"):
-        kappa = ref["num_speculative_tokens"] * ref["t_head"] / ref["t_non_head"]
+        kappa = metrics_kappa(ref["t_head"], ref["t_non_head"], ref["num_speculative_tokens"])
     if kappa is None:
         return
     drafter_of = drafter_of or {}
