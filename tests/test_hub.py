@@ -538,6 +538,21 @@ def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_card_recipe_table_shows_the_settings_that_took_effect():
+    from slimspec_hf.hub import render_model_card
+
+    drafter = _tiny_drafter(target_model_name_or_path="org/target")
+    cold = str(render_model_card(drafter, recipe={**RECIPE, "head_init": "activation_svd"}))
+    warm = str(render_model_card(drafter, recipe={**RECIPE, "head_init": "random", "drafter_model": "org/drafter-v1"}))
+    assert "| `head_init` | `activation_svd` |" in cold and "drafter_model" not in cold
+    assert "| `drafter_model` | `org/drafter-v1` |" in warm and "`head_init`" not in warm.split("```yaml")[0]
+    # a step budget overrides the epoch count, so the card's table shows only the one that set the schedule
+    steps = str(render_model_card(drafter, recipe={**RECIPE, "num_train_epochs": 3.0, "max_steps": 200}))
+    epochs = str(render_model_card(drafter, recipe={**RECIPE, "num_train_epochs": 2.0, "max_steps": -1}))
+    assert "| `max_steps` | `200` |" in steps and "`num_train_epochs`" not in steps.split("```yaml")[0]
+    assert "| `num_train_epochs` |" in epochs
+
+
 def test_recipe_dataclass_lists_only_changed_fields():
     from slimspec_hf.hub import render_model_card
 
