@@ -441,11 +441,11 @@ def render_model_card(
 
     recipe_rows = []
     if recipe_dict:
-        highlighted = [k for k in RECIPE_HIGHLIGHTS if recipe_dict.get(k) is not None]
-        if recipe_dict.get("drafter_model") is not None:  # warm start: the head came with the weights, not an init
-            highlighted = [k for k in highlighted if k != "head_init"]
-        if (recipe_dict.get("max_steps") or 0) > 0:  # the Trainer ignores num_train_epochs then
-            highlighted = [k for k in highlighted if k != "num_train_epochs"]
+        # settings that did not take effect: the head init of a warm start, the epochs under a step budget
+        unused = {"head_init"} if recipe_dict.get("drafter_model") is not None else set()
+        if (recipe_dict.get("max_steps") or 0) > 0:
+            unused.add("num_train_epochs")
+        highlighted = [k for k in RECIPE_HIGHLIGHTS if recipe_dict.get(k) is not None and k not in unused]
         recipe_rows = [(k, _fmt(recipe_dict[k], 6)) for k in highlighted]
         if not recipe_rows:
             recipe_rows = [(k, _fmt(v, 6)) for k, v in list(recipe_dict.items())[:12] if not isinstance(v, dict)]
