@@ -550,7 +550,7 @@ def test_card_recipe_table_shows_the_settings_that_took_effect():
     steps = str(render_model_card(drafter, recipe={**RECIPE, "num_train_epochs": 3.0, "max_steps": 200}))
     epochs = str(render_model_card(drafter, recipe={**RECIPE, "num_train_epochs": 2.0, "max_steps": -1}))
     assert "| `max_steps` | `200` |" in steps and "`num_train_epochs`" not in steps.split("```yaml")[0]
-    assert "| `num_train_epochs` |" in epochs
+    assert "| `num_train_epochs` |" in epochs and "`max_steps`" not in epochs.split("```yaml")[0]
 
 
 def test_recipe_dataclass_lists_only_changed_fields():

@@ -441,10 +441,10 @@ def render_model_card(
 
     recipe_rows = []
     if recipe_dict:
-        # settings that did not take effect: the head init of a warm start, the epochs under a step budget
+        # settings that did not take effect: the head init of a warm start; the epochs under a step budget, else
+        # the unset (≤ 0) step budget
         unused = {"head_init"} if recipe_dict.get("drafter_model") is not None else set()
-        if (recipe_dict.get("max_steps") or 0) > 0:
-            unused.add("num_train_epochs")
+        unused.add("num_train_epochs" if (recipe_dict.get("max_steps") or 0) > 0 else "max_steps")
         highlighted = [k for k in RECIPE_HIGHLIGHTS if recipe_dict.get(k) is not None and k not in unused]
         recipe_rows = [(k, _fmt(recipe_dict[k], 6)) for k in highlighted]
         if not recipe_rows:
