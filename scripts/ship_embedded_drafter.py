@@ -1,7 +1,7 @@
 """Copies a trained SmolLM2 drafter into `drafters/smollm2-135m-instruct-slimspec/`, the embedded default.
 
     python scripts/ship_embedded_drafter.py TRAINED_DIR [--results bench-results/results.json#NAME]
-        [--confidence-threshold P] [--dest DIR]
+        [--confidence-threshold P] [--num-speculative-tokens K] [--dest DIR]
 
 Weights are stored in bfloat16 (`load_embedded_drafter()` casts them back to float32, the fast dtype on a CPU
 without bf16 instructions); the borrowed embedding is not saved. The model card keeps the trainer's recipe and
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trained_dir", help="output_dir (or checkpoint) of `slimspec train`")
     parser.add_argument("--results", default=None, help="`slimspec bench` results.json#NAME for the card")
     parser.add_argument("--confidence-threshold", type=float, default=None, help="draft_confidence_threshold")
+    parser.add_argument("--num-speculative-tokens", type=int, default=None, help="tokens drafted per round (k)")
     parser.add_argument("--dataset", action="append", default=None, help="training dataset named in the card")
     parser.add_argument("--dest", default=None, help="default: the embedded drafter folder")
     args = parser.parse_args(argv)
@@ -40,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     drafter = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     if args.confidence_threshold is not None:
         drafter.config.draft_confidence_threshold = args.confidence_threshold
-        drafter.config._validate()
+    if args.num_speculative_tokens is not None:
+        drafter.config.num_speculative_tokens = args.num_speculative_tokens
+    drafter.config._validate()
 
     stored = source / CARD_INPUTS_FILE
     stored = json.loads(stored.read_text()) if stored.is_file() else {}

@@ -62,3 +62,29 @@ def test_shipped_drafter_is_lossless_and_accepts_on_smollm2(embedded_target):
         accepted, rounds = accepted + stats.accepted_tokens, rounds + stats.rounds
     tau = (accepted + rounds) / rounds
     assert tau >= TAU_FLOOR, tau
+
+
+def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
+    import importlib.util
+
+    from .conftest import make_tiny_drafter, make_tiny_target
+
+    script = EMBEDDED_DRAFTER_DIR.parents[1] / "scripts" / "ship_embedded_drafter.py"
+    spec = importlib.util.spec_from_file_location("ship_embedded_drafter", script)
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+
+    make_tiny_drafter(make_tiny_target(), target_model_name_or_path="org/target").save_pretrained(tmp_path / "trained")
+    dest = tmp_path / "drafters" / "tiny-slimspec"
+    argv = [str(tmp_path / "trained"), "--dest", str(dest), "--num-speculative-tokens", "3"]
+    assert ship.main([*argv, "--confidence-threshold", "0"]) == 0
+    config = json.loads((dest / "config.json").read_text())
+    assert config["num_speculative_tokens"] == 3 and config["draft_confidence_threshold"] == 0.0
+    assert (dest / "README.md").is_file()
+    with safe_open(str(dest / "model.safetensors"), framework="pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny-slimspec"]  # no staging folder left behind
+    # a bad setting fails before anything is replaced
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        ship.main([*argv[:-1], "0"])
+    assert json.loads((dest / "config.json").read_text())["num_speculative_tokens"] == 3
