@@ -12,8 +12,9 @@ from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
 
 
 # τ on the three prompts below (greedy, 48 new tokens): 1.29 for the shipped v3 drafter (k = 3; 1.27 at k = 6,
-# p = 0.3), 1.29 for v2 and 1.20 for v1 when they were committed, 1.00 for an untrained drafter of the same shape (SVD head init); greedy decoding
-# is deterministic. (Three short answers: too few tokens to rank the stages, which the benchmarks do.)
+# p = 0.3), 1.29 for v2 and 1.20 for v1 when they were committed, 1.00 for an untrained drafter of the same shape
+# (SVD head init); greedy decoding is deterministic. (Three short answers: too few tokens to rank the stages, which
+# the benchmarks do.)
 TAU_FLOOR = 1.1
 
 
