@@ -20,7 +20,14 @@ TAU_FLOOR = 1.1
 
 def test_shipped_folder_is_complete_small_and_bf16():
     folder = EMBEDDED_DRAFTER_DIR
-    for name in ("config.json", "model.safetensors", "README.md", "configuration_slimspec.py", "modeling_slimspec.py"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "configuration_slimspec.py",
+        "modeling_slimspec.py",
+        "generation_slimspec.py",
+    ):
         assert (folder / name).is_file(), name
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     assert size <= 20 * 2**20, f"{size / 2**20:.1f} MiB"

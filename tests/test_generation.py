@@ -427,18 +427,18 @@ def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
 
 
 def test_an_older_hook_is_replaced_by_a_newer_one(monkeypatch):
-    from slimspec_hf import modeling_slimspec
+    from slimspec_hf import generation_slimspec
 
     names = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
     current = {n: getattr(GenerationMixin, n) for n in names}
-    originals = {n: modeling_slimspec._unwrap_slimspec(f) for n, f in current.items()}
+    originals = {n: generation_slimspec._unwrap_slimspec(f) for n, f in current.items()}
     for name in current:  # what an older copy (e.g. a remote-code drafter loaded first) would have left behind
         monkeypatch.setattr(GenerationMixin, name, originals[name])
-    monkeypatch.setattr(modeling_slimspec, "_HOOK_VERSION", 1)
+    monkeypatch.setattr(generation_slimspec, "_HOOK_VERSION", 1)
     install_generation_hook()
     old_hook = GenerationMixin._get_candidate_generator
     assert old_hook._slimspec_hook == 1
-    monkeypatch.setattr(modeling_slimspec, "_HOOK_VERSION", 2)
+    monkeypatch.setattr(generation_slimspec, "_HOOK_VERSION", 2)
     install_generation_hook()
     new_hook = GenerationMixin._get_candidate_generator
     assert new_hook is not old_hook and new_hook._slimspec_hook == 2

@@ -8,17 +8,15 @@ Importing the package registers the drafter with `AutoConfig`/`AutoModelForCausa
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
+from .generation_slimspec import SlimSpecCandidateGenerator, SlimSpecGenerationStats, install_generation_hook
 from .modeling_slimspec import (
     FullHead,
     LowRankHead,
-    SlimSpecCandidateGenerator,
     SlimSpecDrafterCache,
     SlimSpecDrafterForCausalLM,
     SlimSpecDrafterPreTrainedModel,
-    SlimSpecGenerationStats,
     TargetHead,
     TrimmedHead,
-    install_generation_hook,
     low_rank_factors,
 )
 from .targets import EMBEDDED_TARGET_NAME, load_embedded_drafter, load_embedded_target, load_target

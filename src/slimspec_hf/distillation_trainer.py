@@ -24,6 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from .configuration_slimspec import SlimSpecDrafterConfig
 from .data import SlimSpecDataCollator, prepare_dataset
 from .distillation_config import SlimSpecConfig
+from .generation_slimspec import validate_pairing
 from .losses import step_weights, ttt_kl_loss, ttt_targets
 from .modeling_slimspec import (
     LowRankHead,
@@ -31,7 +32,6 @@ from .modeling_slimspec import (
     TargetHead,
     TrimmedHead,
     low_rank_factors,
-    validate_pairing,
 )
 from .targets import target_features
 

@@ -33,7 +33,7 @@ import yaml
 from huggingface_hub import CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-from . import configuration_slimspec, modeling_slimspec
+from . import configuration_slimspec, generation_slimspec, modeling_slimspec
 from .configuration_slimspec import SlimSpecDrafterConfig
 
 
@@ -48,6 +48,9 @@ REMOTE_CODE = {
     "AutoConfig": (configuration_slimspec, "SlimSpecDrafterConfig"),
     "AutoModelForCausalLM": (modeling_slimspec, "SlimSpecDrafterForCausalLM"),
 }
+# The remote-code unit: every file `save_pretrained` copies next to the weights (the auto_map's modules and the
+# siblings they import relatively).
+REMOTE_CODE_MODULES = (configuration_slimspec, modeling_slimspec, generation_slimspec)
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
 # checkpoints, pickles) stays local. The `.py` files named by `auto_map` are added to these.
 UPLOAD_PATTERNS = (
@@ -527,7 +530,7 @@ def _remote_code_files(config: dict) -> dict[str, str]:
     """{module file: source} for the `auto_map` of a drafter, from the installed package."""
     return {
         f"{module.__name__.rsplit('.', 1)[-1]}.py": Path(module.__file__).read_text(encoding="utf-8")
-        for module, _ in REMOTE_CODE.values()
+        for module in REMOTE_CODE_MODULES
     }
 
 
@@ -537,6 +540,7 @@ def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
     skipped = []
     auto_map = config.get("auto_map") or {}
     code_files = {f"{ref.split('.')[0]}.py" for ref in auto_map.values() if isinstance(ref, str)}
+    code_files |= {f"{module.__name__.rsplit('.', 1)[-1]}.py" for module in REMOTE_CODE_MODULES}
     for path in sorted(folder.iterdir()):
         if not path.is_file():
             continue
@@ -673,7 +677,7 @@ def push_to_hub(
     """Publishes a SlimSpec drafter folder (or a drafter) to the Hub repo `repo_id` and returns the last CommitInfo.
 
     Uploads the weights (safetensors), `config.json` with `auto_map`, `configuration_slimspec.py` and
-    `modeling_slimspec.py` (added from the installed package when the folder lacks them), and the model card. The
+    `modeling_slimspec.py`, `generation_slimspec.py` (added from the installed package when the folder lacks them), and the model card. The
     card is rendered from the folder's recorded inputs (`slimspec_card.json`, written by [`write_model_card`]),
     overridden by `recipe=`, `results=`, `datasets=`, and pins the commit holding this code and these weights in its
     `trust_remote_code=True` snippet; that takes a second, card-only commit. Re-pushing an unchanged folder makes

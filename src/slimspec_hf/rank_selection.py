@@ -498,7 +498,7 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
     input at t+1 (N = Σ (len − 1) over `sequences`). These are the states of a drafter that has learnt to build
     them, the realistic input of a drafter's head, which a proxy reading the target's own state is not.
     """
-    from .modeling_slimspec import validate_pairing
+    from .generation_slimspec import validate_pairing
     from .targets import target_features
 
     validate_pairing(drafter, target)
