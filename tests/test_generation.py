@@ -176,25 +176,26 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
     assert stats.accepted_tokens == stats.drafted_tokens
     assert _drafted_per_round(drafter) < fixed_rate - 1
 
-    # the config field is the default; an explicit generate() argument wins over it
-    drafter.config.draft_confidence_threshold = 0.5
+    # the drafter's generation_config holds the default; an explicit generate() argument wins over it
+    drafter.generation_config.assistant_confidence_threshold = 0.5
     target.generate(ids, max_new_tokens=60, do_sample=False, assistant_model=drafter)
     assert _drafted_per_round(drafter) < fixed_rate - 1
     target.generate(
         ids, max_new_tokens=60, do_sample=False, assistant_model=drafter, assistant_confidence_threshold=0.0
     )
     assert _drafted_per_round(drafter) == pytest.approx(fixed_rate)
-    drafter.config.draft_confidence_threshold = None
+    drafter.generation_config.assistant_confidence_threshold = 0.0
 
-    # ... and so does a GenerationConfig holding it, passed in or the target's own
+    # ... and so does a GenerationConfig holding it, passed to generate()
     from transformers import GenerationConfig
 
     config = GenerationConfig(max_new_tokens=60, do_sample=False, assistant_confidence_threshold=0.5)
     assert target.generate(ids, generation_config=config, assistant_model=drafter).tolist() == plain.tolist()
     assert _drafted_per_round(drafter) < fixed_rate - 1
+    # the target's own generation_config is not the drafter's: as with transformers' assistants, it does not apply
     target.generation_config.assistant_confidence_threshold = 0.5
     target.generate(ids, max_new_tokens=60, do_sample=False, assistant_model=drafter)
-    assert _drafted_per_round(drafter) < fixed_rate - 1
+    assert _drafted_per_round(drafter) == pytest.approx(fixed_rate)
 
 
 def test_confidence_threshold_is_validated():
@@ -208,6 +209,13 @@ def test_confidence_threshold_is_validated():
         target.generate(
             torch.tensor([[1, 2]]), max_new_tokens=5, assistant_model=drafter, assistant_confidence_threshold=-0.1
         )
+    with pytest.raises(ValueError, match="assistant_confidence_threshold"):
+        target.generate(
+            torch.tensor([[1, 2]]), max_new_tokens=5, assistant_model=drafter, assistant_confidence_threshold=1.5
+        )
+    for k in (0, -2):  # used to mean "the config's k" and "draft nothing", silently
+        with pytest.raises(ValueError, match="num_assistant_tokens"):
+            target.generate(torch.tensor([[1, 2]]), max_new_tokens=5, assistant_model=drafter, num_assistant_tokens=k)
 
 
 def test_text_generation_pipeline_takes_the_drafter():
@@ -463,3 +471,129 @@ def test_greedy_identity_on_smollm2(embedded_target):
         plain = model.generate(**inputs, max_new_tokens=40, do_sample=False)
         fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter)
         assert fast.tolist() == plain.tolist()
+        hybrid = model.generate(
+            **inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, draft_lookup=True,
+            draft_lookup_min_ngram=2,
+        )  # fmt: skip
+        assert hybrid.tolist() == plain.tolist()
+
+
+# -- hybrid drafting: prompt lookup + drafter ---------------------------------------------------------------------
+
+
+def test_lookup_continuation_takes_the_longest_most_recent_match():
+    from slimspec_hf.generation_slimspec import lookup_continuation
+
+    tokens = torch.tensor([5, 1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 0, 2, 3])
+    # "2 3" occurs at 2 and 7 (3-grams "0 2 3" nowhere): the most recent earlier one, followed by 7 8 0 ...
+    assert lookup_continuation(tokens, 2, 4, 3).tolist() == [7, 8, 0]
+    assert lookup_continuation(tokens, 3, 4, 3) is None  # no earlier "0 2 3"
+    tokens = torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4])
+    # "2 3 4" at 1 and 5 -> most recent (5) continues with 5; the 4-gram "? 2 3 4" = "5 2 3 4" is not earlier
+    assert lookup_continuation(tokens, 2, 4, 2).tolist() == [5, 2]
+    assert lookup_continuation(torch.tensor([1, 2]), 1, 3, 4) is None  # nothing earlier than the last token
+    assert lookup_continuation(torch.tensor([4, 4, 4]), 1, 3, 4).tolist() == [4]
+
+
+@pytest.mark.parametrize("head", ["low_rank", "full", "trimmed"])
+def test_hybrid_greedy_output_is_identical_and_splits_the_stats(head):
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, head)
+    sources = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        ids = torch.randint(0, target.config.vocab_size, (1, 4))
+        ids = torch.cat([ids, ids, ids[:, :2]], dim=-1)  # repeated text: lookup rounds happen
+        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+        hybrid = target.generate(
+            ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, draft_lookup=True,
+            draft_lookup_min_ngram=1, num_assistant_tokens=3,
+        )  # fmt: skip
+        assert hybrid.tolist() == plain.tolist(), seed
+        stats = drafter.last_generation_stats
+        assert sum(stats.rounds_by_source.values()) == stats.rounds
+        assert sum(stats.accepted_by_source.values()) == stats.accepted_tokens
+        sources |= set(stats.rounds_by_source)
+    assert sources == {"lookup", "drafter"}
+
+
+def test_hybrid_feeds_the_drafter_every_accepted_position_once():
+    """Lookup rounds skip the drafter; the target features they accept still reach its cache, in order."""
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    seen = []
+    original = SlimSpecDrafterForCausalLM.forward
+
+    def spy(self, input_ids=None, hidden_states=None, position_ids=None, **kwargs):
+        if hidden_states is not None and hidden_states.shape[-1] == 3 * self.config.target_hidden_size:
+            seen.extend(position_ids[0].tolist())
+        return original(self, input_ids=input_ids, hidden_states=hidden_states, position_ids=position_ids, **kwargs)
+
+    drafter.forward = spy.__get__(drafter)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]])  # counting up: lookup finds "4 5 6 ..."
+    out = target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=drafter, draft_lookup=True)
+    stats = drafter.last_generation_stats
+    assert stats.rounds_by_source.get("lookup", 0) > 0 and stats.rounds_by_source.get("drafter", 0) > 0
+    assert seen == list(range(len(seen)))  # contiguous, none skipped, none twice
+    assert len(seen) <= out.shape[1] - 1
+
+
+def test_draft_settings_come_from_the_generation_config_and_are_validated():
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    ids = torch.tensor([[1, 2, 3, 4, 1, 2, 3]])
+    drafter.generation_config.draft_lookup = True
+    drafter.generation_config.draft_lookup_min_ngram = 2
+    target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=drafter)
+    assert drafter.last_generation_stats.rounds_by_source.get("lookup", 0) > 0
+    target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=drafter, draft_lookup=False)
+    assert "lookup" not in drafter.last_generation_stats.rounds_by_source
+    with pytest.raises(ValueError, match="draft_lookup_max_ngram"):
+        target.generate(ids, max_new_tokens=5, assistant_model=drafter, draft_lookup_max_ngram=1)
+    with pytest.raises(ValueError, match="draft_lookup"):  # a SlimSpec setting without a SlimSpec drafter
+        target.generate(ids, max_new_tokens=5, draft_lookup=True)
+
+
+def test_generation_config_round_trips_with_the_checkpoint(tmp_path):
+    target = make_tiny_target(seed=5)
+    drafter = make_tiny_drafter(target)
+    drafter.generation_config.num_assistant_tokens = 3
+    drafter.generation_config.draft_lookup = True
+    drafter.save_pretrained(tmp_path)
+    loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path)
+    assert loaded.generation_config.num_assistant_tokens == 3 and loaded.generation_config.draft_lookup is True
+    (tmp_path / "generation_config.json").unlink()  # an older checkpoint: defaults from the config
+    loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path)
+    assert loaded.generation_config.num_assistant_tokens == drafter.config.num_speculative_tokens
+
+
+def test_hybrid_sampling_matches_the_target_distribution():
+    target = make_tiny_target(seed=21, vocab_size=12)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(8)
+    drafter = make_tiny_drafter(target, head_type="full", seed=4)
+    drafter.generation_config.draft_lookup = True
+    drafter.generation_config.draft_lookup_min_ngram = 1
+    prompt = torch.tensor([[1, 5, 3, 1, 5]])
+    exact = _exact_marginals(target, prompt, 3)
+    counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
+    for j in (1, 2):
+        stat, dof = _chi_square(counts[j], exact[j])
+        assert stat < CHI2_999[dof - 1], (j, stat, dof)
+
+    # Claiming a lookup draft came from a uniform distribution (it is deterministic) breaks the acceptance rule.
+    original = SlimSpecCandidateGenerator.get_candidates
+
+    def wrong(self, input_ids, *args, **kwargs):
+        ids, logits = original(self, input_ids, *args, **kwargs)
+        if logits is None and ids.shape[1] > input_ids.shape[1]:
+            logits = torch.zeros(1, ids.shape[1] - input_ids.shape[1], target.config.vocab_size)
+        return ids, logits
+
+    SlimSpecCandidateGenerator.get_candidates = wrong
+    try:
+        counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
+    finally:
+        SlimSpecCandidateGenerator.get_candidates = original
+    stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
+    assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats

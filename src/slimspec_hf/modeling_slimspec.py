@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
@@ -388,6 +388,17 @@ class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
             module.original_inv_freq.copy_(inv_freq)
 
 
+_GENERATION_CONFIG_KWARGS = (
+    "subfolder",
+    "revision",
+    "token",
+    "cache_dir",
+    "local_files_only",
+    "force_download",
+    "proxies",
+)
+
+
 class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     """An EAGLE-3 drafter with a SlimSpec low-rank head (or a baseline head).
 
@@ -411,6 +422,11 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         self._embed_tokens = None  # borrowed, see attach_target
         self.gradient_checkpointing = False
         self.post_init()
+        # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
+        # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
+        from .generation_slimspec import draft_generation_config
+
+        self.generation_config = draft_generation_config(config)
 
     # -- borrowing from the target -----------------------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module | None:
@@ -432,29 +448,19 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
         """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
 
-        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`, and
-        `assistant_confidence_threshold` its `draft_confidence_threshold`.
+        The drafting settings are the drafter's `generation_config`, overridden by what the caller passed to
+        `generate()` (`num_assistant_tokens`, `assistant_confidence_threshold`, `draft_lookup`, ...).
         """
+        from .generation_slimspec import DraftSettings, SlimSpecCandidateGenerator
+
         if input_ids is not None and input_ids.shape[0] != 1:
             raise ValueError(
                 f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
                 f"{input_ids.shape[0]}. Call `generate` once per prompt."
             )
-        explicit = getattr(generation_config, "_slimspec_explicit_k", True)
-        k = generation_config.num_assistant_tokens if explicit else None
-        threshold = getattr(self.config, "draft_confidence_threshold", None)
-        if getattr(generation_config, "_slimspec_explicit_threshold", False):
-            threshold = generation_config.assistant_confidence_threshold
-        from .generation_slimspec import SlimSpecCandidateGenerator
-
+        settings = DraftSettings.resolve(self.generation_config, getattr(generation_config, "slimspec_overrides", {}))
         return SlimSpecCandidateGenerator(
-            self,
-            target,
-            generation_config,
-            logits_processor,
-            num_speculative_tokens=k,
-            confidence_threshold=threshold,
-            validate=False,
+            self, target, generation_config, logits_processor, settings=settings, validate=False
         )
 
     def tie_weights(self, *args, **kwargs):
@@ -470,6 +476,12 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         if hasattr(model.lm_head, "store_column_major"):
             model.lm_head.store_column_major()  # loading materialises weights row-major
+        # transformers loads generation_config.json only for models that generate on their own.
+        hub_kwargs = {k: kwargs[k] for k in _GENERATION_CONFIG_KWARGS if kwargs.get(k) is not None}
+        try:
+            model.generation_config = GenerationConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+        except OSError:
+            pass  # a checkpoint from before the decoding defaults moved there: keep those derived from the config
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -487,6 +499,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         tmp = tempfile.mkdtemp(prefix=".tmp-save-", dir=save_directory)
         try:
             super().save_pretrained(tmp, *args, **kwargs)
+            self.generation_config.save_pretrained(tmp)  # transformers skips it for models that cannot generate
             written = set(os.listdir(tmp))
             for name in sorted(written):
                 os.replace(os.path.join(tmp, name), os.path.join(save_directory, name))
