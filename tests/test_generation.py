@@ -484,15 +484,17 @@ def test_greedy_identity_on_smollm2(embedded_target):
 def test_lookup_continuation_takes_the_longest_most_recent_match():
     from slimspec_hf.generation_slimspec import lookup_continuation
 
-    tokens = torch.tensor([5, 1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 0, 2, 3])
-    # "2 3" occurs at 2 and 7 (3-grams "0 2 3" nowhere): the most recent earlier one, followed by 7 8 0 ...
-    assert lookup_continuation(tokens, 2, 4, 3).tolist() == [7, 8, 0]
-    assert lookup_continuation(tokens, 3, 4, 3) is None  # no earlier "0 2 3"
-    tokens = torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4])
-    # "2 3 4" at 1 and 5 -> most recent (5) continues with 5; the 4-gram "? 2 3 4" = "5 2 3 4" is not earlier
-    assert lookup_continuation(tokens, 2, 4, 2).tolist() == [5, 2]
-    assert lookup_continuation(torch.tensor([1, 2]), 1, 3, 4) is None  # nothing earlier than the last token
-    assert lookup_continuation(torch.tensor([4, 4, 4]), 1, 3, 4).tolist() == [4]
+    def run(tokens, max_ngram, num_tokens):
+        found = lookup_continuation(torch.tensor(tokens), max_ngram, num_tokens)
+        return None if found is None else (found[0].tolist(), found[1])
+
+    # "2 3" occurs at 2 and 7 ("0 2 3" nowhere earlier): the most recent earlier one, followed by 7 8 0 ...
+    assert run([5, 1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 0, 2, 3], 4, 3) == ([7, 8, 0], 2)
+    # "2 3 4" at 1 and 5 -> the most recent (5) continues with 5; "5 2 3 4" is not earlier
+    assert run([1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4], 4, 2) == ([5, 2], 3)
+    assert run([1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4], 2, 2) == ([5, 2], 2)  # capped at max_ngram
+    assert run([1, 2], 3, 4) is None  # nothing earlier than the last token
+    assert run([4, 4, 4], 3, 4) == ([4], 2)
 
 
 @pytest.mark.parametrize("head", ["low_rank", "full", "trimmed"])
@@ -507,7 +509,7 @@ def test_hybrid_greedy_output_is_identical_and_splits_the_stats(head):
         plain = target.generate(ids, max_new_tokens=30, do_sample=False)
         hybrid = target.generate(
             ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, draft_lookup=True,
-            draft_lookup_min_ngram=1, num_assistant_tokens=3,
+            draft_lookup_min_ngram=2, num_assistant_tokens=3,
         )  # fmt: skip
         assert hybrid.tolist() == plain.tolist(), seed
         stats = drafter.last_generation_stats
@@ -524,10 +526,12 @@ def test_hybrid_feeds_the_drafter_every_accepted_position_once():
     seen = []
     original = SlimSpecDrafterForCausalLM.forward
 
-    def spy(self, input_ids=None, hidden_states=None, position_ids=None, **kwargs):
-        if hidden_states is not None and hidden_states.shape[-1] == 3 * self.config.target_hidden_size:
+    def spy(self, input_ids=None, target_features=None, position_ids=None, **kwargs):
+        if target_features is not None:
             seen.extend(position_ids[0].tolist())
-        return original(self, input_ids=input_ids, hidden_states=hidden_states, position_ids=position_ids, **kwargs)
+        return original(
+            self, input_ids=input_ids, target_features=target_features, position_ids=position_ids, **kwargs
+        )
 
     drafter.forward = spy.__get__(drafter)
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]])  # counting up: lookup finds "4 5 6 ..."

@@ -57,17 +57,19 @@ def test_cached_and_uncached_forward_agree(tiny_target):
     drafter = make_tiny_drafter(tiny_target)
     ids = torch.randint(0, 128, (1, 12))
     feats = _features(tiny_target, ids, drafter.config.target_layer_ids)
-    full = drafter(input_ids=ids[:, 1:], hidden_states=feats[:, :-1])  # (1, 11, V)
+    full = drafter(input_ids=ids[:, 1:], target_features=feats[:, :-1])  # (1, 11, V)
     cache = SlimSpecDrafterCache()
-    first = drafter(input_ids=ids[:, 1:8], hidden_states=feats[:, :7], cache=cache, use_cache=True)
+    first = drafter(input_ids=ids[:, 1:8], target_features=feats[:, :7], cache=cache, use_cache=True)
     outs = [first.logits]
     for t in range(7, 11):
-        step = drafter(input_ids=ids[:, t + 1 : t + 2], hidden_states=feats[:, t : t + 1], cache=cache, use_cache=True)
+        step = drafter(
+            input_ids=ids[:, t + 1 : t + 2], target_features=feats[:, t : t + 1], cache=cache, use_cache=True
+        )
         outs.append(step.logits)
     torch.testing.assert_close(torch.cat(outs, dim=1), full.logits, atol=1e-5, rtol=1e-5)
     # cropping drops positions: recomputing the last two gives the same result again
     cache.crop(9)
-    again = drafter(input_ids=ids[:, 10:12], hidden_states=feats[:, 9:11], cache=cache, use_cache=True)
+    again = drafter(input_ids=ids[:, 10:12], target_features=feats[:, 9:11], cache=cache, use_cache=True)
     torch.testing.assert_close(again.logits, full.logits[:, 9:11], atol=1e-5, rtol=1e-5)
 
 
@@ -76,8 +78,12 @@ def test_own_states_feed_back(tiny_target):
     own = torch.randn(1, 3, 32)
     out = drafter(input_ids=torch.tensor([[1, 2, 3]]), hidden_states=own)
     assert out.logits.shape == (1, 3, 128) and out.hidden_states.shape == (1, 3, 32)
+    with pytest.raises(ValueError, match="hidden_size = 32"):  # no guessing from the width
+        drafter(input_ids=torch.tensor([[1]]), hidden_states=torch.randn(1, 1, 96))
     with pytest.raises(ValueError, match="3 \\* target_hidden_size"):
-        drafter(input_ids=torch.tensor([[1]]), hidden_states=torch.randn(1, 1, 50))
+        drafter(input_ids=torch.tensor([[1]]), target_features=torch.randn(1, 1, 50))
+    with pytest.raises(ValueError, match="exactly one of `target_features`"):
+        drafter(input_ids=torch.tensor([[1]]), target_features=torch.randn(1, 1, 96), hidden_states=own[:, :1])
 
 
 def test_ttt_attention_matches_brute_force():
@@ -113,8 +119,8 @@ def test_ttt_step_zero_equals_the_plain_forward(tiny_target):
     feats = _features(tiny_target, ids, drafter.config.target_layer_ids)[:, :-1]
     emb = drafter.embed(ids[:, 1:])
     pos = torch.arange(8)[None]
-    states = drafter.ttt_step(emb, feats, pos, 0, [])
-    torch.testing.assert_close(states, drafter(input_ids=ids[:, 1:], hidden_states=feats).hidden_states)
+    states = drafter.ttt_step(emb, pos, 0, [], target_features=feats)
+    torch.testing.assert_close(states, drafter(input_ids=ids[:, 1:], target_features=feats).hidden_states)
 
 
 def test_ttt_step_k_matches_inference_drafting(tiny_target):
@@ -124,11 +130,11 @@ def test_ttt_step_k_matches_inference_drafting(tiny_target):
     feats = _features(tiny_target, ids, drafter.config.target_layer_ids)[:, :-1]  # (1, 7, 3d)
     context = []
     pos = torch.arange(6)[None]
-    s0 = drafter.ttt_step(drafter.embed(ids[:, 1:7]), feats[:, :6], pos, 0, context)
-    s1 = drafter.ttt_step(drafter.embed(ids[:, 2:8]), s0, pos, 1, context)
+    s0 = drafter.ttt_step(drafter.embed(ids[:, 1:7]), pos, 0, context, target_features=feats[:, :6])
+    s1 = drafter.ttt_step(drafter.embed(ids[:, 2:8]), pos, 1, context, hidden_states=s0)
     for t in range(6):
         cache = SlimSpecDrafterCache()
-        first = drafter(input_ids=ids[:, 1 : t + 2], hidden_states=feats[:, : t + 1], cache=cache, use_cache=True)
+        first = drafter(input_ids=ids[:, 1 : t + 2], target_features=feats[:, : t + 1], cache=cache, use_cache=True)
         step = drafter(
             input_ids=ids[:, t + 2 : t + 3], hidden_states=first.hidden_states[:, -1:], cache=cache, use_cache=True
         )
@@ -155,17 +161,17 @@ def test_save_load_round_trip_without_embedding(tmp_path, tiny_target):
     ids = torch.randint(0, 128, (1, 5))
     feats = torch.randn(1, 5, 96)
     torch.testing.assert_close(
-        loaded(input_ids=ids, hidden_states=feats).logits, drafter(input_ids=ids, hidden_states=feats).logits
+        loaded(input_ids=ids, target_features=feats).logits, drafter(input_ids=ids, target_features=feats).logits
     )
 
 
 def test_trimmed_head_round_trip_and_missing_token_set(tmp_path, tiny_target):
     drafter = make_tiny_drafter(tiny_target, head_type="trimmed", draft_vocab_size=16)
     with pytest.raises(ValueError, match="no token set"):
-        drafter(input_ids=torch.tensor([[1]]), hidden_states=torch.randn(1, 1, 96))
+        drafter(input_ids=torch.tensor([[1]]), target_features=torch.randn(1, 1, 96))
     token_ids = torch.randperm(128)[:16]
     drafter.lm_head.set_token_ids(token_ids, dense_weight=tiny_target.lm_head.weight)
-    logits = drafter(input_ids=torch.tensor([[1]]), hidden_states=torch.randn(1, 1, 96)).logits
+    logits = drafter(input_ids=torch.tensor([[1]]), target_features=torch.randn(1, 1, 96)).logits
     assert torch.isfinite(logits).sum() == 16 and torch.isfinite(logits[0, 0, token_ids]).all()
     drafter.save_pretrained(tmp_path)
     loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path)
@@ -275,3 +281,26 @@ def test_resaving_with_shards_removes_the_old_weights_and_subfolders_load(tmp_pa
     assert "model.safetensors" not in names and "model.safetensors.index.json" in names
     loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path / "repo", subfolder="drafter")
     assert torch.equal(loaded.fc.weight, second.fc.weight)
+
+
+def test_gradient_checkpointing_the_transformers_way_gives_the_same_gradients(tiny_target):
+    drafter = make_tiny_drafter(tiny_target).train()
+    ids = torch.randint(0, 128, (2, 7))
+    feats = _features(tiny_target, ids, drafter.config.target_layer_ids)[:, :-1].detach()
+    pos = torch.arange(6)[None].expand(2, -1)
+
+    def grads():
+        drafter.zero_grad()
+        context = []
+        s0 = drafter.ttt_step(drafter.embed(ids[:, 1:7]), pos, 0, context, target_features=feats)
+        s1 = drafter.ttt_step(drafter.embed(ids[:, 1:7]), pos, 1, context, hidden_states=s0)
+        drafter.compute_logits(s1).logsumexp(-1).sum().backward()
+        return {n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    drafter.activation_checkpointing_enable()  # transformers 5.x's name for gradient_checkpointing_enable
+    assert drafter.layer.gradient_checkpointing
+    checkpointed = grads()
+    assert plain.keys() == checkpointed.keys() and plain
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-5, rtol=1e-4)

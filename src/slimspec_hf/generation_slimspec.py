@@ -39,11 +39,13 @@ class DraftSettings:
         num_assistant_tokens: tokens the drafter drafts per round (k).
         assistant_confidence_threshold: stop a round's drafting after the first drafted token the drafter gives
             less than this probability (0 never stops early). Lossless either way.
-        draft_lookup: hybrid drafting — when the latest `draft_lookup_min_ngram`+ tokens also occur earlier in the
-            prompt or the generated text, draft what followed them there (prompt-lookup decoding) instead of running
-            the drafter; otherwise the drafter drafts. Lossless either way.
-        draft_lookup_min_ngram / draft_lookup_max_ngram: shortest / longest suffix searched (the longest match wins,
-            the most recent occurrence among equals).
+        draft_lookup: hybrid drafting — when the latest tokens also occur earlier in the prompt or the generated text,
+            draft what followed them there (prompt-lookup decoding) instead of the drafter's chain. Lossless either
+            way. The longest match (up to `draft_lookup_max_ngram` tokens, its most recent occurrence) is taken when
+            it spans at least `draft_lookup_min_ngram` tokens, or, shorter, when its first token is also the
+            drafter's next token; otherwise the drafter drafts.
+        draft_lookup_min_ngram / draft_lookup_max_ngram: match lengths trusted without the drafter's agreement /
+            longest suffix searched.
         draft_lookup_num_tokens: tokens drafted by a lookup round.
         draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
         draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
@@ -188,19 +190,19 @@ class SlimSpecGenerationStats:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def lookup_continuation(tokens: torch.Tensor, min_ngram: int, max_ngram: int, num_tokens: int) -> torch.Tensor | None:
-    """What followed the latest n-gram of `tokens` (1-D) where it occurred before, or None.
+def lookup_continuation(tokens: torch.Tensor, max_ngram: int, num_tokens: int) -> tuple[torch.Tensor, int] | None:
+    """What followed the latest n-gram of `tokens` (1-D) where it occurred before, and n; None without a match.
 
-    Tries n = max_ngram down to min_ngram and returns, for the first n with a match, up to `num_tokens` tokens that
-    followed its most recent earlier occurrence.
+    Tries n = max_ngram down to 1 and returns, for the first n with a match, up to `num_tokens` tokens that followed
+    its most recent earlier occurrence.
     """
     length = tokens.shape[0]
-    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+    for n in range(min(max_ngram, length - 1), 0, -1):
         windows = tokens[: length - 1].unfold(0, n, 1)  # (length - n, n): every n-gram that has a successor
         hits = (windows == tokens[length - n :]).all(dim=-1).nonzero()
         if hits.numel():
             start = int(hits[-1]) + n
-            return tokens[start : start + num_tokens]
+            return tokens[start : start + num_tokens], n
     return None
 
 
@@ -285,16 +287,13 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         if budget <= 0:
             return input_ids, None
         settings = self.settings
+        found = None
         if settings.draft_lookup:
             found = lookup_continuation(
-                input_ids[0],
-                settings.draft_lookup_min_ngram,
-                settings.draft_lookup_max_ngram,
-                min(settings.draft_lookup_num_tokens, budget),
+                input_ids[0], settings.draft_lookup_max_ngram, min(settings.draft_lookup_num_tokens, budget)
             )
-            if found is not None and found.numel():
-                self._round = ("lookup", found.numel())
-                return torch.cat([input_ids, found[None]], dim=-1), None  # verified by matching, also when sampling
+            if found is not None and found[1] >= settings.draft_lookup_min_ngram:
+                return self._lookup_round(input_ids, found[0])  # a long match: no drafter call this round
 
         mask_2d = model_kwargs.get("attention_mask") if model_kwargs else None
         attention_mask = None
@@ -307,7 +306,7 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         self.cache.crop(self.cached)
         out = drafter(
             input_ids=tokens,
-            hidden_states=features,
+            target_features=features,
             position_ids=positions,
             attention_mask=attention_mask,
             cache=self.cache,
@@ -315,6 +314,8 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             logits_to_keep=1,
         )
         self.cached = self.committed
+        if found is not None and int(out.logits[0, -1].argmax()) == int(found[0][0]):
+            return self._lookup_round(input_ids, found[0])  # a short match the drafter agrees with
 
         budget = min(settings.num_assistant_tokens, budget)
         threshold = settings.assistant_confidence_threshold
@@ -362,6 +363,12 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         self._round = ("drafter", len(all_logits))
         candidate_logits = torch.stack(all_logits, dim=1)  # (1, k, V)
         return candidate_ids, candidate_logits
+
+    def _lookup_round(self, input_ids: torch.LongTensor, continuation: torch.Tensor):
+        """Drafts `continuation`; the target verifies it by matching (a deterministic draft, lossless also when
+        sampling: a token is kept with the target's probability of it)."""
+        self._round = ("lookup", continuation.numel())
+        return torch.cat([input_ids, continuation[None].to(input_ids.device)], dim=-1), None
 
     @staticmethod
     def _positions(mask_2d, start: int, length: int, device) -> torch.LongTensor:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
@@ -280,8 +281,19 @@ class SlimSpecDrafterAttention(nn.Module):
         sin: torch.Tensor,
         attention_mask: torch.Tensor | None,
         cache: SlimSpecDrafterCache | None,
-    ) -> torch.Tensor:
+        ttt_context: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Returns the attention output (B, T, d) and this call's keys/values (B, H_kv, T, hd).
+
+        With `ttt_context` (the keys/values of the earlier training-time-test steps, step 0 first), the queries of
+        step k = len(ttt_context) attend as at inference (see `ttt_attention`); `attention_mask` is then the (B, T)
+        key mask of padded positions.
+        """
         q, k, v = self.project(x, cos, sin)
+        if ttt_context is not None:
+            attn = ttt_attention(q, [*ttt_context, (k, v)], attention_mask, self.num_groups)
+            return self.output(attn), (k, v)
+        new_kv = (k, v)
         if cache is not None:
             k, v = cache.update(k, v)
         q_len, kv_len = q.shape[2], k.shape[2]
@@ -291,7 +303,7 @@ class SlimSpecDrafterAttention(nn.Module):
         attn = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attention_mask, enable_gqa=self.num_groups > 1
         )  # (B, H, T, hd)
-        return self.output(attn)
+        return self.output(attn), new_kv
 
 
 def causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -313,8 +325,11 @@ class SlimSpecDrafterMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-class SlimSpecDrafterLayer(nn.Module):
-    """EAGLE-3's single decoder layer: attention over [norm(emb), norm(h)], residual on h, SwiGLU MLP."""
+class SlimSpecDrafterLayer(GradientCheckpointingLayer):
+    """EAGLE-3's single decoder layer: attention over [norm(emb), norm(h)], residual on h, SwiGLU MLP.
+
+    Checkpointed the transformers way (`drafter.gradient_checkpointing_enable()`).
+    """
 
     def __init__(self, config: SlimSpecDrafterConfig):
         super().__init__()
@@ -325,22 +340,20 @@ class SlimSpecDrafterLayer(nn.Module):
         self.mlp = SlimSpecDrafterMLP(config)
         self.norm_before_residual = bool(config.norm_before_residual)
 
-    def attention_input(self, inputs_embeds: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B,T,2d)
+    def forward(
+        self, inputs_embeds, hidden_states, cos, sin, attention_mask=None, cache=None, ttt_context=None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Returns the layer's pre-final-norm output (B, T, d) and its attention keys/values.
 
-    def finish(self, hidden_states: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
-        """Residual + MLP after attention; returns the layer's (pre-final-norm) output.
-
-        The residual is the fed hidden state itself, or its normed version with `norm_before_residual`
-        (the vLLM speculators variant)."""
+        The residual is the fed hidden state itself, or its normed version with `norm_before_residual` (the vLLM
+        speculators variant).
+        """
+        x = torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B, T, 2d)
+        attn_out, kv = self.self_attn(x, cos, sin, attention_mask, cache, ttt_context)
         if self.norm_before_residual:
             hidden_states = self.hidden_norm(hidden_states)
         hidden_states = hidden_states + attn_out
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
-
-    def forward(self, inputs_embeds, hidden_states, cos, sin, attention_mask=None, cache=None) -> torch.Tensor:
-        attn_out = self.self_attn(self.attention_input(inputs_embeds, hidden_states), cos, sin, attention_mask, cache)
-        return self.finish(hidden_states, attn_out)
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states)), kv
 
 
 @dataclass
@@ -359,7 +372,7 @@ class SlimSpecDrafterOutput(ModelOutput):
 class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
     config_class = SlimSpecDrafterConfig
     config: SlimSpecDrafterConfig
-    base_model_prefix = "model"
+    base_model_prefix = ""  # no inner base model: the drafter (fc, one layer, norm, head) is its own
     _no_split_modules = ["SlimSpecDrafterLayer"]
     supports_gradient_checkpointing = True
     _supports_sdpa = True
@@ -420,7 +433,6 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.lm_head = build_head(config)
         self._embed_tokens = None  # borrowed, see attach_target
-        self.gradient_checkpointing = False
         self.post_init()
         # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
         # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
@@ -521,17 +533,31 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             )
         return self._embed_tokens(input_ids)
 
-    def fuse(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Maps target features (…, 3·d_t) to the drafter width; the drafter's own states (…, d) pass through."""
-        width = hidden_states.shape[-1]
-        if width == 3 * self.config.target_hidden_size:
-            return self.fc(hidden_states.to(self.fc.weight.dtype))
-        if width == self.config.hidden_size:
-            return hidden_states
-        raise ValueError(
-            f"`hidden_states` must have last dimension 3 * target_hidden_size = {3 * self.config.target_hidden_size} "
-            f"(target features) or hidden_size = {self.config.hidden_size} (drafter states), got {width}."
-        )
+    def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
+        """Maps the target's fused features (…, 3·d_t) to the drafter width (…, d)."""
+        expected = 3 * self.config.target_hidden_size
+        if target_features.shape[-1] != expected:
+            raise ValueError(
+                f"`target_features` must have last dimension 3 * target_hidden_size = {expected} (three target "
+                f"layers concatenated), got {target_features.shape[-1]}."
+            )
+        return self.fc(target_features.to(self.fc.weight.dtype))
+
+    def _step_states(self, target_features, hidden_states) -> torch.Tensor:
+        """The states a step reads: the fused target features, or the drafter's own states (exactly one)."""
+        if (target_features is None) == (hidden_states is None):
+            raise ValueError(
+                "Pass exactly one of `target_features` (the target's three layers, (B, T, 3·d_t)) and "
+                "`hidden_states` (the drafter's own states fed back, (B, T, d))."
+            )
+        if target_features is not None:
+            return self.fuse(target_features)
+        if hidden_states.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                f"`hidden_states` are the drafter's own states, of width hidden_size = {self.config.hidden_size}; "
+                f"got {hidden_states.shape[-1]}. Pass the target's features as `target_features=`."
+            )
+        return hidden_states
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits of pre-norm drafter states (…, d) → (…, V)."""
@@ -540,6 +566,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
+        target_features: torch.Tensor | None = None,
         hidden_states: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
@@ -551,18 +578,17 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     ) -> SlimSpecDrafterOutput:
         r"""
         input_ids (`torch.LongTensor` of shape `(B, T)`): tokens x_{t+1} (or pass `inputs_embeds`).
-        hidden_states (`torch.Tensor` of shape `(B, T, 3·d_t)` or `(B, T, d)`): target features or own states.
+        target_features (`torch.Tensor` of shape `(B, T, 3·d_t)`): the target's three layers at t, concatenated.
+        hidden_states (`torch.Tensor` of shape `(B, T, d)`): or the drafter's own states at t, fed back.
         position_ids (`torch.LongTensor` of shape `(B, T)`): positions t; defaults to continuing the cache.
         attention_mask (`torch.Tensor`): either a 2-D key mask `(B, past + T)` (1 = attend) or a boolean 4-D mask.
         logits_to_keep (`int`): if > 0, only the last `logits_to_keep` positions get logits; -1 for none.
         """
-        if hidden_states is None:
-            raise ValueError("`hidden_states` is required: target features (B, T, 3·d_t) or drafter states (B, T, d).")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        hidden_states = self._step_states(target_features, hidden_states)
         if inputs_embeds is None:
             inputs_embeds = self.embed(input_ids)
-        hidden_states = self.fuse(hidden_states)
         inputs_embeds = inputs_embeds.to(hidden_states.dtype)
         bsz, seq_len, _ = hidden_states.shape
         if use_cache and cache is None:
@@ -578,11 +604,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             else:
                 mask = attention_mask.bool()
         cos, sin = self.rotary_emb(hidden_states, position_ids)
-        layer_args = (inputs_embeds, hidden_states, cos, sin, mask, cache)
-        if self.gradient_checkpointing and self.training:
-            out = torch.utils.checkpoint.checkpoint(self.layer, *layer_args, use_reentrant=False)
-        else:
-            out = self.layer(*layer_args)  # (B, T, d)
+        out, _ = self.layer(inputs_embeds, hidden_states, cos, sin, attention_mask=mask, cache=cache)  # (B, T, d)
         logits = None
         if logits_to_keep >= 0:
             kept = out if logits_to_keep == 0 else out[:, -logits_to_keep:]
@@ -593,29 +615,37 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def ttt_step(
         self,
         inputs_embeds: torch.Tensor,
-        hidden_states: torch.Tensor,
         position_ids: torch.LongTensor,
         step: int,
         context: list[tuple[torch.Tensor, torch.Tensor]],
         attention_mask: torch.Tensor | None = None,
+        target_features: torch.Tensor | None = None,
+        hidden_states: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One unrolled training step (EAGLE-3's training-time test), returning the pre-norm states (B, T, d).
 
-        Step 0 reads target features, positions `position_ids`, causal attention; it starts `context`.
-        Step k ≥ 1 reads the drafter's own step k-1 states; its query at position t attends to the step-0 keys
-        of positions ≤ t and to its own chain's keys at t from steps 1..k, exactly what the drafter sees at
-        inference when drafting the k-th token after t. RoPE positions of step k are shifted by k (t + k),
-        the positions those drafted tokens hold at inference. `attention_mask` (B, T) masks padded keys.
-        `context` (a list) is extended in place with this step's (keys, values).
+        Step 0 reads `target_features`, positions `position_ids`, causal attention; it starts `context`.
+        Step k ≥ 1 reads the drafter's own step k-1 states (`hidden_states`); its query at position t attends to the
+        step-0 keys of positions ≤ t and to its own chain's keys at t from steps 1..k, exactly what the drafter sees
+        at inference when drafting the k-th token after t. RoPE positions of step k are shifted by k (t + k), the
+        positions those drafted tokens hold at inference. `attention_mask` (B, T) masks padded keys. `context` (a
+        list) is extended in place with this step's (keys, values). Runs through the layer's own forward, so
+        gradient checkpointing applies.
         """
-        hidden_states = self.fuse(hidden_states)
+        if len(context) != step:
+            raise ValueError(f"`context` must hold the {step} earlier steps' keys/values, got {len(context)}.")
+        hidden_states = self._step_states(target_features, hidden_states)
         cos, sin = self.rotary_emb(hidden_states, position_ids + step)
-        attn_layer = self.layer.self_attn
-        x = self.layer.attention_input(inputs_embeds.to(hidden_states.dtype), hidden_states)
-        q, k, v = attn_layer.project(x, cos, sin)  # (B, H, T, hd), (B, H_kv, T, hd) ×2
-        context.append((k, v))
-        attn = ttt_attention(q, context, attention_mask, attn_layer.num_groups)
-        return self.layer.finish(hidden_states, attn_layer.output(attn))
+        out, kv = self.layer(
+            inputs_embeds.to(hidden_states.dtype),
+            hidden_states,
+            cos,
+            sin,
+            attention_mask=attention_mask,
+            ttt_context=tuple(context),
+        )
+        context.append(kv)
+        return out
 
 
 def check_safetensors_checkpoint(folder: str) -> None:
