@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slimspec_hf.hub import CARD_INPUTS_FILE, _results_list, write_model_card
+    from slimspec_hf.interop.hub import CARD_INPUTS_FILE, _results_list, write_model_card
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
 
     source = Path(args.trained_dir)

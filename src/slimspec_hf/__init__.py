@@ -30,7 +30,7 @@ AutoModelForCausalLM.register(SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM,
 SlimSpecDrafterConfig.register_for_auto_class()
 SlimSpecDrafterForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
-from .hub import install_push_hook  # noqa: E402  (needs the registered classes)
+from .interop.hub import install_push_hook  # noqa: E402  (needs the registered classes)
 
 
 install_push_hook()  # drafter.push_to_hub(repo_id) publishes the SlimSpec model card
