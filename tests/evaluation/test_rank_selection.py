@@ -10,7 +10,6 @@ from slimspec_hf.evaluation.cost_model import speedup
 from slimspec_hf.evaluation.metrics import tau_from_acceptance_rate
 from slimspec_hf.evaluation.rank_selection import (
     AdaptedHead,
-    activation_aware_factors,
     assumed_rho_tau,
     choose_rank,
     default_ranks,
@@ -23,6 +22,7 @@ from slimspec_hf.evaluation.rank_selection import (
     rho_tau_from_agreements,
     token_weights_from_logits,
 )
+from slimspec_hf.training.head_init import activation_aware_factors, second_moment
 
 from ..conftest import make_tiny_drafter
 
@@ -83,7 +83,7 @@ def test_fit_never_returns_worse_than_its_start_on_validation():
     logits = states @ weight.T
     top1 = logits.argmax(-1)
     down, up = activation_aware_factors(
-        weight, states[:600], 12, token_weights=token_weights_from_logits(logits[:600])
+        weight, second_moment(states[:600]), 12, token_weights=token_weights_from_logits(logits[:600])
     )
     splits = dict(
         train_inputs=states[:600],
@@ -117,11 +117,11 @@ def test_token_weighted_factors_keep_more_top1_than_unweighted():
     weights = token_weights_from_logits(logits[:600])
     assert weights.shape == (256,) and weights.min() >= 1 / 256
     agree = lambda f: float(((states[600:] @ f[0].T @ f[1].T).argmax(-1) == top1[600:]).float().mean())  # noqa: E731
-    weighted = agree(activation_aware_factors(weight, states[:600], 8, token_weights=weights))
-    plain = agree(activation_aware_factors(weight, states[:600], 8))
+    weighted = agree(activation_aware_factors(weight, second_moment(states[:600]), 8, token_weights=weights))
+    plain = agree(activation_aware_factors(weight, second_moment(states[:600]), 8))
     assert weighted > plain
     with pytest.raises(ValueError, match="token_weights"):
-        activation_aware_factors(weight, states, 8, token_weights=weights[:10])
+        activation_aware_factors(weight, second_moment(states), 8, token_weights=weights[:10])
 
 
 def test_head_inputs_from_sequences_tiny_target(tiny_target):
@@ -170,12 +170,12 @@ def test_activation_aware_factors_beat_the_plain_svd_under_the_data():
     weight, states = knee_head(d=16, vocab=64, knee=16)
     # anisotropic inputs: the weighted error must beat the plain SVD's
     states = states[:, :16] * torch.linspace(3.0, 0.05, 16)
-    down, up = activation_aware_factors(weight, states, 15)
+    down, up = activation_aware_factors(weight, second_moment(states), 15)
     assert down.shape == (15, 16) and up.shape == (64, 15)
     from slimspec_hf import low_rank_factors
 
     plain_down, plain_up = low_rank_factors(weight, 4)
-    aware_down, aware_up = activation_aware_factors(weight, states, 4)
+    aware_down, aware_up = activation_aware_factors(weight, second_moment(states), 4)
     err = lambda d_, u_: float(((states @ weight.T) - (states @ d_.T) @ u_.T).pow(2).mean())  # noqa: E731
     assert err(aware_down, aware_up) < err(plain_down, plain_up)
 

@@ -20,9 +20,9 @@ from slimspec_hf.interop.convert import (
     convert_eagle3,
     expand_draft_head,
     export_speculators,
-    prepare_head_finetune,
     read_eagle3_checkpoint,
 )
+from slimspec_hf.training.head_init import prepare_head_finetune
 
 from ..conftest import make_tiny_target
 
@@ -662,7 +662,7 @@ def test_prepare_head_finetune_with_lora(tmp_path, target):
     model = prepare_head_finetune(drafter, lora_config=config)
     assert config.target_modules is None  # the caller's config is untouched
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert any("lora_A" in n for n in trainable) and any(n.endswith("lm_head.up.weight") for n in trainable)
+    assert any("lora_A" in n for n in trainable) and any("lm_head" in n and n.endswith("up.weight") for n in trainable)
     assert not any(n.endswith("q_proj.base_layer.weight") for n in trainable)
     with torch.no_grad():
         after = model(input_ids=ids, hidden_states=feats).logits

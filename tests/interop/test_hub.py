@@ -117,7 +117,9 @@ def _scenario_push_and_load(workdir: str) -> dict:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
-    from slimspec_hf import SlimSpecDrafterForCausalLM, cli, hub
+    from slimspec_hf import SlimSpecDrafterForCausalLM, cli
+    from slimspec_hf.interop import hub
+    from slimspec_hf.training.model_card import write_model_card
 
     from ..conftest import make_tiny_drafter, make_tiny_target
 
@@ -133,7 +135,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
     with torch.no_grad():
         ref1 = drafter(input_ids=ids, hidden_states=features).logits
     drafter.save_pretrained(work / "v1")
-    hub.write_model_card(work / "v1", recipe=RECIPE, results=RESULTS, datasets=["org/prompts"])
+    write_model_card(work / "v1", recipe=RECIPE, results=RESULTS, datasets=["org/prompts"])
 
     # 1. `slimspec push DIR REPO_ID`, then what the Hub holds
     out["cli_rc"] = cli.main(["push", str(work / "v1"), DRAFTER_REPO])
@@ -160,7 +162,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
         drafter.fc.weight.mul_(-1.5)
         ref2 = drafter(input_ids=ids, hidden_states=features).logits
     drafter.save_pretrained(work / "v2")
-    hub.write_model_card(work / "v2", results={**RESULTS, "acceptance_length": 3.4})
+    write_model_card(work / "v2", results={**RESULTS, "acceptance_length": 3.4})
     info = hub.push_to_hub(work / "v2", DRAFTER_REPO, commit_message="v2 weights")
     out["v2_commit_url"] = info.commit_url
     card_v2 = _card_summary(ModelCard.load(DRAFTER_REPO))
@@ -430,7 +432,7 @@ def _front_matter(text: str) -> dict:
 def test_card_front_matter_parses_and_carries_the_metrics():
     from huggingface_hub import ModelCard
 
-    from slimspec_hf.interop.hub import render_model_card
+    from slimspec_hf.training.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct")
     results = [
@@ -472,7 +474,7 @@ def test_card_front_matter_parses_and_carries_the_metrics():
 
 
 def test_card_without_a_target_warns_and_uses_a_placeholder():
-    from slimspec_hf.interop.hub import PLACEHOLDER_TARGET, render_model_card
+    from slimspec_hf.training.model_card import PLACEHOLDER_TARGET, render_model_card
 
     drafter = _tiny_drafter()
     assert drafter.config.target_model_name_or_path is None
@@ -486,7 +488,7 @@ def test_card_without_a_target_warns_and_uses_a_placeholder():
 
 
 def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
-    from slimspec_hf.interop.hub import render_model_card, write_model_card
+    from slimspec_hf.training.model_card import render_model_card, write_model_card
 
     from ..conftest import make_tiny_target
 
@@ -513,7 +515,7 @@ def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
     ],
 )
 def test_card_rejects_bad_results(results, match):
-    from slimspec_hf.interop.hub import render_model_card
+    from slimspec_hf.training.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     with pytest.raises(ValueError, match=match):
@@ -521,7 +523,7 @@ def test_card_rejects_bad_results(results, match):
 
 
 def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
-    from slimspec_hf.interop.hub import CARD_INPUTS_FILE, write_model_card
+    from slimspec_hf.training.model_card import CARD_INPUTS_FILE, write_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     drafter.save_pretrained(tmp_path)
@@ -539,7 +541,7 @@ def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
 
 
 def test_card_recipe_table_shows_the_settings_that_took_effect():
-    from slimspec_hf.interop.hub import render_model_card
+    from slimspec_hf.training.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     cold = str(render_model_card(drafter, recipe={**RECIPE, "head_init": "activation_svd"}))
@@ -554,7 +556,7 @@ def test_card_recipe_table_shows_the_settings_that_took_effect():
 
 
 def test_recipe_dataclass_lists_only_changed_fields():
-    from slimspec_hf.interop.hub import render_model_card
+    from slimspec_hf.training.model_card import render_model_card
 
     @dataclasses.dataclass
     class Args:
@@ -575,20 +577,20 @@ def test_recipe_dataclass_lists_only_changed_fields():
 
 
 def test_template_ships_in_the_wheel():
-    from slimspec_hf.interop.hub import TEMPLATE_NAME, template_text
+    from slimspec_hf.training.model_card import TEMPLATE_NAME, template_text
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["slimspec_hf"]
-    assert any(fnmatch(f"interop/model_cards/{TEMPLATE_NAME}", p) for p in patterns)
-    assert (REPO_ROOT / "src" / "slimspec_hf" / "interop" / "model_cards" / TEMPLATE_NAME).is_file()
+    assert any(fnmatch(f"training/model_cards/{TEMPLATE_NAME}", p) for p in patterns)
+    assert (REPO_ROOT / "src" / "slimspec_hf" / "training" / "model_cards" / TEMPLATE_NAME).is_file()
     assert "{{ card_data }}" in template_text()
 
 
 def test_results_from_a_bench_report_pick_the_drafter(tmp_path):
     import json
 
-    from slimspec_hf.interop.hub import _results_list
+    from slimspec_hf.training.model_card import _results_list
 
     entry = {"dataset": "Spec-Bench", "temperature": 0.0, "acceptance_length": 2.5, "speedup": 1.4}
     report = tmp_path / "results.json"

@@ -112,3 +112,15 @@ def test_accelerate_configs(name):
     assert config["num_processes"] == 8 and config["mixed_precision"] == "bf16"
     expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED"}[name]
     assert config["distributed_type"] == expected
+
+
+def test_card_fields_are_marked_on_the_config_and_stay_out_of_the_parsers():
+    from transformers import HfArgumentParser
+
+    from slimspec_hf.training.config import card_fields
+
+    fields = card_fields()
+    assert fields[:4] == ["target_model", "max_length", "drafter_model", "head_type"]
+    assert {"head_rank", "ttt_steps", "learning_rate", "seed"} <= set(fields) and "output_dir" not in fields
+    HfArgumentParser(SlimSpecConfig)  # the mark is no `add_argument` keyword
+    make_parser()

@@ -136,9 +136,13 @@ def test_ttt_targets_brute_force():
         assert torch.equal(student_pos[k][ok], teacher_pos[ok] - k - 1)
 
 
-def test_bad_arguments_name_the_parameter():
-    with pytest.raises(ValueError, match="step_loss_decay"):
-        step_weights(3, 1.5)
+def test_bad_arguments_name_the_parameter(tmp_path):
+    from slimspec_hf.training.config import SlimSpecConfig
+
+    with pytest.raises(ValueError, match="step_loss_decay"):  # validated once, where the setting is defined
+        SlimSpecConfig(output_dir=str(tmp_path), step_loss_decay=1.5)
+    with pytest.raises(ValueError, match="ttt_steps"):
+        SlimSpecConfig(output_dir=str(tmp_path), ttt_steps=0)
     with pytest.raises(ValueError, match="kl_chunk_size"):
         ttt_kl_loss(
             torch.zeros(1, 2, 3),

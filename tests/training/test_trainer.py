@@ -10,13 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from slimspec_hf import low_rank_factors
 from slimspec_hf.training.config import SlimSpecConfig
-from slimspec_hf.training.trainer import (
-    SlimSpecTrainer,
-    SlimSpecTTTModel,
-    activation_aware_factors,
-    low_rank_factors,
-)
+from slimspec_hf.training.head_init import activation_aware_factors
+from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel
 
 from ..conftest import make_tiny_drafter, make_tiny_target
 

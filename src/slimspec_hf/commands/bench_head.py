@@ -3,11 +3,9 @@
 
 import argparse
 import gc
-import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 
@@ -22,6 +20,7 @@ from ..evaluation.heads import (
     check_layouts_agree,
     measure_cell,
 )
+from ..utils import atomic_write_json
 
 
 def _parse_shape(spec: str) -> tuple[str, int, int]:
@@ -96,19 +95,6 @@ def _format_table(rows: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def _write_json(path: str, payload: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-bench-head-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for name in ("rounds", "rounds_large", "rank_divisor"):
@@ -169,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(V·d)/(r·d+V·r) for low-rank, V/K for trimmed. {elapsed:.0f} s; load average {load_after[0]:.2f}."
     )
     if args.json_path:
-        _write_json(
+        atomic_write_json(
             args.json_path,
             {
                 "command": "slimspec bench-head " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -2,14 +2,10 @@
 """`slimspec choose-rank`: pick the head rank that maximises the predicted speed-up."""
 
 import argparse
-import json
 import logging
-import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
@@ -26,6 +22,7 @@ from ..evaluation.rank_selection import (
     measure_nu,
     render_table,
 )
+from ..utils import atomic_write_json
 
 
 logger = logging.getLogger(__name__)
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from ..targets import load_target
 
-        target, tokenizer = load_target(args.target)
+        target, tokenizer = load_target(args.target, dtype=torch.float32)
         drafter = proxy_weight = None
         if args.drafter:
             from ..modeling_slimspec import SlimSpecDrafterForCausalLM
@@ -211,10 +208,5 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(reports, f, indent=2)
-        os.replace(tmp, path)
+        atomic_write_json(args.json, reports)
     return 0

@@ -14,18 +14,7 @@ from ..interop.convert import (
     full_vocab_head,
     read_eagle3_checkpoint,
 )
-
-
-def _load_target_model(name_or_path: str):
-    from ..targets import is_embedded, load_embedded_target, load_target
-
-    if is_embedded(name_or_path):
-        return load_embedded_target()[0]
-    if str(name_or_path).endswith(".gguf"):
-        return load_target(name_or_path)[0]
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).eval()
+from ..targets import load_target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
     try:
-        target = _load_target_model(args.target)
+        target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
         ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
         drafter = convert_eagle3(
             ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids

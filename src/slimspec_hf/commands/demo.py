@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_grad_enabled(False)
     print("Loading the embedded target SmolLM2-135M-Instruct (the first run dequantises its GGUF) ...")
-    target, tokenizer = load_embedded_target()
+    target, tokenizer = load_embedded_target(dtype=torch.float32)
     try:
-        drafter = load_embedded_drafter(args.drafter)
+        drafter = load_embedded_drafter(args.drafter, target=target)
         trained = True
     except FileNotFoundError as err:
         warnings.warn(

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..utils import atomic_write
 from . import cost_model
 from .metrics import acceptance_length, measure_round_costs, model_index_entry, rho_tau
 from .metrics import kappa as metrics_kappa
@@ -488,13 +488,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def plot_results(report: dict, folder: Path) -> list[Path]:
     """`speedup.png` and `acceptance_length.png` (per category, one panel per temperature), and
     `acceptance_cost.png` when a full-head reference was benchmarked."""
@@ -566,8 +559,8 @@ def write_outputs(report: dict, output_dir: str | os.PathLike) -> list[Path]:
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     json_path, md_path = folder / "results.json", folder / "results.md"
-    _atomic_write_text(json_path, json.dumps(report, indent=2, default=float))
-    _atomic_write_text(md_path, render_markdown(report))
+    atomic_write(json_path, json.dumps(report, indent=2, default=float))
+    atomic_write(md_path, render_markdown(report))
     return [json_path, md_path, *plot_results(report, folder)]
 
 

@@ -149,23 +149,15 @@ def plot_acceptance_cost(
 
 def save_figure(fig, path) -> None:
     """Writes a matplotlib figure to `path` (PNG) through a temporary file, then closes it."""
-    import os
-    import tempfile
-
     import matplotlib.pyplot as plt
 
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=folder)
-    os.close(fd)
+    from ..utils import atomic_path
+
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 __all__ = [

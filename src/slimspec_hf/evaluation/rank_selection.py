@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..training.head_init import activation_aware_factors, second_moment
 from . import cost_model
 from .metrics import low_rank_head, nu_macs, tau_from_acceptance_rate, time_heads
 
@@ -87,39 +88,6 @@ def singular_values(weight: torch.Tensor) -> torch.Tensor:
 def energy(singular: torch.Tensor, rank: int) -> float:
     power = singular.double() ** 2
     return float(power[:rank].sum() / power.sum())
-
-
-def activation_aware_factors(
-    weight: torch.Tensor,
-    hidden_states: torch.Tensor,
-    rank: int,
-    eps: float = 1e-6,
-    token_weights: torch.Tensor | None = None,
-):
-    """(down r×d, up V×r) minimising E‖D·(W − up·down)h‖² over the hidden states: SVD of D·W·C^½, C = E[hhᵀ].
-
-    D = diag(`token_weights`) (identity when None). With `token_weights` the head's rows are first centred
-    (W − 1·w̄ᵀ): softmax and top-1 ignore a shift shared by all logits, so no rank is spent on it. fp32
-    throughout: C's small eigenvalues set the inverse square root.
-    """
-    w = weight.detach().float()
-    h = hidden_states.detach().float()
-    if token_weights is not None:
-        if token_weights.shape != (w.shape[0],):
-            raise ValueError(f"`token_weights` must have shape ({w.shape[0]},), got {tuple(token_weights.shape)}.")
-        w = (w - w.mean(0, keepdim=True)) * token_weights.float()[:, None]
-    cov = h.T @ h / h.shape[0]  # (d, d)
-    evals, evecs = torch.linalg.eigh(cov)
-    evals = evals.clamp_min(eps * float(evals.max()))
-    sqrt_c = (evecs * evals.sqrt()) @ evecs.T
-    inv_sqrt_c = (evecs * evals.rsqrt()) @ evecs.T
-    u, s, vh = torch.linalg.svd(w @ sqrt_c, full_matrices=False)  # (V, d), (d,), (d, d)
-    root = s[:rank].sqrt()
-    up = u[:, :rank] * root  # (V, r)
-    if token_weights is not None:
-        up = up / token_weights.float()[:, None]
-    down = (root[:, None] * vh[:rank]) @ inv_sqrt_c  # (r, d)
-    return down, up
 
 
 def token_weights_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -371,7 +339,8 @@ def choose_rank(
         if not 0 < rank < hidden_size:
             raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
         if weight is not None:
-            down, up = activation_aware_factors(start, splits["train_inputs"], rank, token_weights=weights)
+            moment = second_moment(splits["train_inputs"])
+            down, up = activation_aware_factors(start, moment, rank, token_weights=weights)
             fit = fit_proxy(AdaptedHead(down, up, seed=seed), **splits, **fit_kwargs, rank=rank)
             logger.info(
                 "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
@@ -620,7 +589,6 @@ __all__ = [
     "default_ranks",
     "singular_values",
     "energy",
-    "activation_aware_factors",
     "ProxyFit",
     "token_weights_from_logits",
     "AdaptedHead",

@@ -20,13 +20,10 @@ Conventions, and where the formats differ (every row is checked below; what cann
 | head | K draft-vocab rows, `d2t` offsets (target id = draft id + d2t[draft id]), `t2d` mask | same; `d2t`/`t2d` absent when K = V | full vocabulary (low-rank, full or trimmed) |
 """
 
-import copy
 import dataclasses
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -40,6 +37,7 @@ from ..modeling_slimspec import (
     TrimmedHead,
     check_safetensors_checkpoint,
 )
+from ..utils import atomic_path, atomic_write_json
 
 
 logger = logging.getLogger(__name__)
@@ -605,33 +603,6 @@ def full_vocab_head(ckpt: Eagle3Checkpoint, target, hidden_size: int) -> torch.T
     return expand_draft_head(ckpt.lm_head, ckpt.draft_token_ids, fill)
 
 
-def prepare_head_finetune(drafter: SlimSpecDrafterForCausalLM, lora_config=None):
-    """Readies a converted drafter for recovering acceptance: only the head trains (plus LoRA adapters if given).
-
-    Without `lora_config` the backbone is frozen in place and the drafter is returned. With a `peft.LoraConfig`
-    (its `target_modules` default to the layer's projections), LoRA adapters go on the backbone and the model
-    returned is the `PeftModel`; the head stays fully trainable. The caller's config is never modified.
-    """
-    if lora_config is None:
-        from ..training.trainer import freeze_backbone
-
-        return freeze_backbone(drafter)
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as err:
-        raise ImportError("LoRA fine-tuning needs `peft`, a dependency of slimspec-hf: pip install peft") from err
-    if not isinstance(lora_config, LoraConfig):
-        raise TypeError(f"`lora_config` must be a `peft.LoraConfig`, got {type(lora_config).__name__}.")
-    lora_config = copy.deepcopy(lora_config)
-    if lora_config.target_modules is None:
-        lora_config.target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    model = get_peft_model(drafter, lora_config)
-    for name, param in model.named_parameters():
-        if ".lm_head." in f".{name}":
-            param.requires_grad_(True)
-    return model
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Export to the speculators format
 # ----------------------------------------------------------------------------------------------------------------
@@ -766,15 +737,9 @@ def export_speculators(
     if config["speculators_config"]["verifier"]["name_or_path"] is None:
         logger.warning("The drafter names no target (`target_model_name_or_path`); pass `verifier_name_or_path`.")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=out))
-    try:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        for name in ("model.safetensors", "config.json"):
-            os.replace(tmp / name, out / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_path(out / "model.safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    atomic_write_json(out / "config.json", config, sort_keys=True)
     return out
 
 
@@ -788,7 +753,6 @@ __all__ = [
     "expand_draft_head",
     "full_vocab_head",
     "convert_eagle3",
-    "prepare_head_finetune",
     "speculators_state_dict",
     "speculators_config",
     "export_speculators",

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ..utils import atomic_write, atomic_write_json
+
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +112,7 @@ def _read_shards(data_dir: Path, repair: bool = False) -> tuple[list[dict], int]
             cut += 1
             if not repair:
                 continue
-            tmp = shard.with_suffix(".tmp")
-            tmp.write_bytes(raw[:good_end])
-            os.replace(tmp, shard)
+            atomic_write(shard, raw[:good_end])
     return rows, cut
 
 
@@ -136,10 +136,7 @@ def _check_run_config(out_dir: Path, config: dict) -> None:
                 "or the same settings to resume."
             )
         return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(config, indent=2))
-    os.replace(tmp, path)
+    atomic_write_json(path, config)
 
 
 @torch.no_grad()

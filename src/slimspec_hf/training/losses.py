@@ -26,11 +26,7 @@ def forward_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor) -> to
 
 
 def step_weights(num_steps: int, decay: float) -> torch.Tensor:
-    """Weights `decay**k` of the TTT steps k = 0..num_steps-1 (fp32, (S,))."""
-    if num_steps < 1:
-        raise ValueError(f"`ttt_steps` ({num_steps}) must be at least 1.")
-    if not 0.0 < decay <= 1.0:
-        raise ValueError(f"`step_loss_decay` ({decay}) must lie in (0, 1].")
+    """Weights `decay**k` of the TTT steps k = 0..num_steps-1 (fp32, (S,)); both are checked by `SlimSpecConfig`."""
     return decay ** torch.arange(num_steps, dtype=torch.float32)
 
 

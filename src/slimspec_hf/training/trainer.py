@@ -10,30 +10,28 @@ full vocabulary, weighted by `step_loss_decay**k` (see `losses.py`).
 
 import logging
 import os
-import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModelForCausalLM, Trainer
+from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..generation_slimspec import validate_pairing
 from ..modeling_slimspec import (
-    LowRankHead,
     SlimSpecDrafterForCausalLM,
     TargetHead,
     TrimmedHead,
-    low_rank_factors,
 )
-from ..targets import target_features
+from ..targets import load_target, target_features
 from .config import SlimSpecConfig
 from .data import SlimSpecDataCollator, prepare_dataset
+from .features import feature_cache_root, feature_path, read_features, write_features
+from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head
 from .losses import step_weights, ttt_kl_loss, ttt_targets
+from .model_card import write_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -164,7 +162,13 @@ class SlimSpecTrainer(Trainer):
             torch.set_num_threads(args.cpu_threads)
         # Target: frozen, eval, no grad.
         if target is None or isinstance(target, str):
-            target, tokenizer = load_target_for_training(target or args.target_model, args)
+            # fp32 unless `target_dtype` says otherwise: the teacher's logits are the training signal
+            target, tokenizer = load_target(
+                target or args.target_model,
+                dtype=args.target_dtype,
+                tokenizer_required=False,  # fine for pre-tokenised datasets
+                **(args.target_model_init_kwargs or {}),
+            )
             processing_class = processing_class if processing_class is not None else tokenizer
         target.eval().requires_grad_(False)
         self.target = target
@@ -206,7 +210,7 @@ class SlimSpecTrainer(Trainer):
                 )
             freeze_backbone(model)
         if peft_config is not None:
-            model = _apply_peft(model, peft_config)
+            model = apply_lora(model, peft_config)
 
         if data_collator is None:
             pad = getattr(processing_class, "pad_token_id", None)
@@ -250,14 +254,14 @@ class SlimSpecTrainer(Trainer):
         if self.args.features == "online":
             return self._run_target(input_ids, attention_mask)
         keys = inputs["feature_key"]
-        paths = [self._cache_root / key[:2] / f"{key}.safetensors" for key in keys]
+        paths = [feature_path(self._cache_root, key) for key in keys]
         if not all(p.is_file() for p in paths):
             features, final = self._run_target(input_ids, attention_mask)
             lengths = attention_mask.sum(-1).tolist()
             for i, path in enumerate(paths):
                 if not path.is_file():
-                    _write_features(path, features[i, : lengths[i]], final[i, : lengths[i]])
-        return _read_features(paths, input_ids.shape[1], input_ids.device)
+                    write_features(path, features[i, : lengths[i]], final[i, : lengths[i]])
+        return read_features(paths, input_ids.shape[1], input_ids.device)
 
     def cache_features(self, dataset=None) -> int:
         """Computes (once) the offline features of `dataset` (default: the training set); returns how many."""
@@ -276,9 +280,7 @@ class SlimSpecTrainer(Trainer):
             rows = [dataset[i] for i in indices[start : start + batch_size]]
             batch = collator(rows)
             missing = [
-                i
-                for i, key in enumerate(batch["feature_key"])
-                if not (self._cache_root / key[:2] / f"{key}.safetensors").is_file()
+                i for i, key in enumerate(batch["feature_key"]) if not (feature_path(self._cache_root, key)).is_file()
             ]
             if missing:
                 sub = collator([rows[i] for i in missing])
@@ -287,7 +289,7 @@ class SlimSpecTrainer(Trainer):
                 features, final = self._run_target(ids, mask)
                 for j, key in enumerate(sub["feature_key"]):
                     n = int(mask[j].sum())
-                    _write_features(self._cache_root / key[:2] / f"{key}.safetensors", features[j, :n], final[j, :n])
+                    write_features(feature_path(self._cache_root, key), features[j, :n], final[j, :n])
                 written += len(missing)
             bar.update(len(rows))
         bar.close()
@@ -352,7 +354,15 @@ class SlimSpecTrainer(Trainer):
         drafter = self.model.drafter
         drafter.save_pretrained(output_dir, safe_serialization=True)
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
-        _write_model_card(output_dir, self.args, self.drafter.config)
+        self.create_model_card(output_dir=output_dir)
+
+    def create_model_card(self, output_dir: str | None = None, dataset_name: str | list[str] | None = None, **kwargs):
+        """Writes the drafter's model card (`README.md`, see [`~model_card.write_model_card`]) into `output_dir`
+        (default `args.output_dir`): the recipe table lists the [`SlimSpecConfig`] fields marked `card`."""
+        if not self.is_world_process_zero():
+            return None
+        recipe = {k: v for k, v in self.args.to_dict().items() if not k.startswith("_") and "token" not in k}
+        return write_model_card(output_dir or self.args.output_dir, recipe=recipe, datasets=dataset_name)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         from safetensors.torch import load_file
@@ -376,160 +386,6 @@ class SlimSpecTrainer(Trainer):
             )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Building blocks (public so that scripts and tests can use them)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def load_target_for_training(name_or_path: str | None, args: SlimSpecConfig):
-    """(target, tokenizer or None): the embedded SmolLM2, a `.gguf`, or a folder / Hub id (tokenizer optional)."""
-    from ..targets import is_embedded, load_target
-
-    dtype = "auto" if args.target_dtype == "auto" else getattr(torch, args.target_dtype)
-    kwargs = dict(args.target_model_init_kwargs or {})
-    if is_embedded(name_or_path) or str(name_or_path).endswith(".gguf"):
-        return load_target(name_or_path, dtype=torch.float32 if dtype == "auto" else dtype)
-    from transformers import AutoTokenizer
-
-    target = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kwargs)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    except (OSError, ValueError, TypeError):
-        tokenizer = None  # fine for pre-tokenised datasets
-    return target, tokenizer
-
-
-def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterForCausalLM:
-    overrides: dict[str, Any] = {"head_type": args.head_type, "num_speculative_tokens": args.ttt_steps}
-    if args.head_rank is not None:
-        overrides["head_rank"] = args.head_rank
-    if args.draft_vocab_size is not None:
-        overrides["draft_vocab_size"] = args.draft_vocab_size
-    if args.target_layer_ids is not None:
-        overrides["target_layer_ids"] = list(args.target_layer_ids)
-    config = SlimSpecDrafterConfig.from_target_config(target.config, **overrides)
-    torch.manual_seed(args.seed)
-    dtype = next(target.parameters()).dtype
-    return SlimSpecDrafterForCausalLM(config).to(dtype=torch.float32 if dtype != torch.float32 else dtype)
-
-
-@torch.no_grad()
-def target_hidden_second_moment(target, dataset, num_tokens: int, batch_size: int = 8) -> torch.Tensor:
-    """C = E[h hᵀ] (fp64, d_t×d_t) of the target's final hidden states at assistant positions of `dataset`."""
-    device = next(target.parameters()).device
-    backbone = getattr(target, target.base_model_prefix, target)
-    collator = SlimSpecDataCollator()
-    width = target.config.get_text_config().hidden_size
-    moment = torch.zeros(width, width, dtype=torch.float64)
-    seen = 0
-    for start in range(0, len(dataset), batch_size):
-        batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        out = backbone(
-            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), use_cache=False
-        )
-        # The head reads the state at s to predict x_{s+1}: keep s where x_{s+1} is an assistant token.
-        labels = (batch["loss_mask"].bool() & batch["attention_mask"].bool()).to(device)
-        mask = torch.zeros_like(labels)
-        mask[:, :-1] = labels[:, 1:]
-        states = out.last_hidden_state[mask].double().cpu()  # (n, d_t)
-        states = states[: num_tokens - seen]
-        moment += states.T @ states
-        seen += states.shape[0]
-        if seen >= num_tokens:
-            break
-    if seen == 0:
-        raise ValueError("`head_init='activation_svd'` found no assistant positions in the training data.")
-    return moment / seen
-
-
-def activation_aware_factors(weight: torch.Tensor, moment: torch.Tensor, rank: int):
-    """Rank-r (down, up) minimising E‖(W − up·down) h‖² for h with second moment C: SVD of W·C^½, mapped by C^-½.
-
-    In fp64: C is often badly conditioned, and C^-½ amplifies the error of its small eigenvalues.
-    """
-    eigvals, eigvecs = torch.linalg.eigh(moment.double())
-    eigvals = eigvals.clamp(min=float(eigvals.max()) * 1e-8)
-    root = eigvecs @ torch.diag(eigvals.sqrt()) @ eigvecs.T
-    inv_root = eigvecs @ torch.diag(eigvals.rsqrt()) @ eigvecs.T
-    down, up = low_rank_factors(weight.double() @ root, rank)  # (r, d), (V, r)
-    return (down @ inv_root).to(weight.dtype), up.to(weight.dtype)
-
-
-@torch.no_grad()
-def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -> None:
-    """`head_init` for a new drafter; also picks the kept tokens of a trimmed head (most frequent in the data)."""
-    head = drafter.lm_head
-    weight = target.get_output_embeddings().weight.detach().float()  # (V, d_t)
-    from_target = args.head_init != "random"
-    if from_target and weight.shape[1] != drafter.config.hidden_size:
-        raise ValueError(
-            f"`head_init={args.head_init!r}` copies the target's LM head ({tuple(weight.shape)}), which does not fit "
-            f"the drafter width {drafter.config.hidden_size}; use head_init='random'."
-        )
-    if isinstance(head, TrimmedHead):
-        if train_dataset is None:
-            raise ValueError("`head_type='trimmed'` picks its tokens from `train_dataset`, which is missing.")
-        counts = torch.zeros(drafter.config.vocab_size, dtype=torch.long)
-        for ids, mask in zip(train_dataset["input_ids"], train_dataset["loss_mask"]):
-            ids = torch.as_tensor(ids)
-            counts += torch.bincount(ids[torch.as_tensor(mask).bool()], minlength=counts.numel())
-        token_ids = torch.argsort(counts, descending=True, stable=True)[: head.token_ids.numel()]
-        head.set_token_ids(token_ids, dense_weight=weight if from_target else None)
-    elif isinstance(head, LowRankHead):
-        if args.head_init == "svd":
-            head.init_from_dense(weight)
-        elif args.head_init == "activation_svd":
-            if train_dataset is None:
-                raise ValueError("`head_init='activation_svd'` estimates C from `train_dataset`, which is missing.")
-            moment = target_hidden_second_moment(target, train_dataset, args.head_init_num_tokens)
-            down, up = activation_aware_factors(weight, moment, head.rank)
-            head.down.weight.copy_(down)
-            head.up.weight.copy_(up)
-    elif isinstance(head, nn.Linear) and from_target:
-        head.weight.copy_(weight)
-    if from_target and not isinstance(head, TargetHead):
-        # The head was fitted to the target's normed states: start the drafter's final norm from the target's.
-        target_norm = getattr(getattr(target, target.base_model_prefix, target), "norm", None)
-        if target_norm is not None and target_norm.weight.shape == drafter.norm.weight.shape:
-            drafter.norm.weight.copy_(target_norm.weight.float())
-
-
-def freeze_backbone(drafter: SlimSpecDrafterForCausalLM) -> SlimSpecDrafterForCausalLM:
-    """Leaves only the LM head trainable (head-only fine-tunes, e.g. of converted drafters)."""
-    for name, param in drafter.named_parameters():
-        param.requires_grad_(name.startswith("lm_head."))
-    return drafter
-
-
-def _apply_peft(model, peft_config):
-    try:
-        from peft import PeftConfig, get_peft_model
-    except ImportError as error:
-        raise ImportError("`peft_config` needs PEFT, a dependency of slimspec-hf: pip install peft") from error
-    if not isinstance(peft_config, PeftConfig):
-        raise TypeError(f"`peft_config` must be a `peft.PeftConfig`, got {type(peft_config).__name__}.")
-    import copy
-
-    peft_config = copy.deepcopy(peft_config)  # never mutate the caller's config
-    backbone = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "fc"]
-    if peft_config.target_modules in (None, "all-linear"):
-        peft_config.target_modules = backbone
-    else:
-        names = (
-            {peft_config.target_modules}
-            if isinstance(peft_config.target_modules, str)
-            else set(peft_config.target_modules)
-        )
-        if names & {"lm_head", "up", "down"}:
-            raise ValueError(
-                f"`peft_config.target_modules` {sorted(names)} reaches into the LM head; LoRA is for the backbone, "
-                "the head is trained in full."
-            )
-    if model.config.head_type != "target":
-        peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | {"lm_head"})
-    return get_peft_model(model, peft_config)
-
-
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
     """Refuses an output dir that already holds a run, unless told to overwrite (or resume)."""
     path = Path(output_dir)
@@ -543,88 +399,8 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
         )
 
 
-def feature_cache_root(args: SlimSpecConfig, target, layer_ids) -> Path:
-    from ..targets import cache_dir
-
-    root = Path(args.feature_cache_dir) if args.feature_cache_dir else cache_dir() / "features"
-    name = getattr(target.config, "_name_or_path", None) or type(target).__name__
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name).strip("/"))[-80:]
-    return root / f"{slug}-layers{'_'.join(map(str, layer_ids))}-V{target.config.get_text_config().vocab_size}"
-
-
-def _write_features(path: Path, features: torch.Tensor, final: torch.Tensor) -> None:
-    from safetensors.torch import save_file
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(
-        {
-            "features": features.to(torch.bfloat16).contiguous().cpu(),
-            "final": final.to(torch.bfloat16).contiguous().cpu(),
-        },
-        str(tmp),
-    )
-    os.replace(tmp, path)
-
-
-def _read_features(paths, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    loaded = [load_file(str(p)) for p in paths]
-    features = torch.zeros(len(paths), length, loaded[0]["features"].shape[-1], dtype=torch.float32)
-    final = torch.zeros(len(paths), length, loaded[0]["final"].shape[-1], dtype=torch.float32)
-    for i, item in enumerate(loaded):
-        n = item["features"].shape[0]
-        features[i, :n] = item["features"].float()
-        final[i, :n] = item["final"].float()
-    return features.to(device), final.to(device)
-
-
-def _write_model_card(output_dir: str, args: SlimSpecConfig, config) -> None:
-    recipe = {k: v for k, v in args.to_dict().items() if not k.startswith("_") and "token" not in k}
-    try:
-        from ..interop.hub import write_model_card
-
-        write_model_card(output_dir, recipe=recipe, results=None)
-        return
-    except (ImportError, AttributeError):
-        pass
-    lines = [
-        "---",
-        "library_name: transformers",
-        "tags: [slimspec, eagle3, speculative-decoding]",
-        f"base_model: {config.target_model_name_or_path}" if config.target_model_name_or_path else "",
-        "---",
-        "",
-        f"# SlimSpec drafter for {config.target_model_name_or_path or 'its target'}",
-        "",
-        f"EAGLE-3 drafter with a `{config.head_type}` head"
-        + (f" of rank {config.head_rank}" if config.head_type == "low_rank" else "")
-        + f", trained with `slimspec train` (ttt_steps={args.ttt_steps}, step_loss_decay={args.step_loss_decay}, "
-        f"head_init={args.head_init}, lr={args.learning_rate}, epochs={args.num_train_epochs}, "
-        f"max_steps={args.max_steps}).",
-        "",
-        "```python",
-        "import slimspec_hf",
-        "from transformers import AutoModelForCausalLM",
-        "drafter = AutoModelForCausalLM.from_pretrained(PATH)",
-        "out = target.generate(**inputs, assistant_model=drafter)",
-        "```",
-        "",
-    ]
-    tmp = os.path.join(output_dir, ".README.md.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(line for line in lines if line is not None))
-    os.replace(tmp, os.path.join(output_dir, "README.md"))
-
-
 __all__ = [
     "SlimSpecTrainer",
     "SlimSpecTTTModel",
-    "build_drafter",
-    "initialise_head",
-    "activation_aware_factors",
-    "target_hidden_second_moment",
     "check_output_dir",
-    "load_target_for_training",
 ]
