@@ -13,12 +13,9 @@ import torch.nn.functional as F
 
 from slimspec_hf import cli
 from slimspec_hf.commands.bench_head import main
-from slimspec_hf.evaluation.heads import (
-    column_major,
-    fast_low_rank_logits,
-    mac_limit_low_rank,
-    mac_limit_trimmed,
-)
+from slimspec_hf.evaluation.cost_model import mac_limit_low_rank, mac_limit_trimmed
+from slimspec_hf.evaluation.heads import fast_low_rank_logits
+from slimspec_hf.modeling_slimspec import store_column_major
 
 
 def test_fast_low_rank_logits_matches_two_linears():
@@ -26,7 +23,8 @@ def test_fast_low_rank_logits_matches_two_linears():
     down, up = torch.randn(4, 32), torch.randn(200, 4)  # (r, d), (V, r)
     h = torch.randn(2, 3, 32)  # (B, T, d)
     reference = F.linear(F.linear(h, down), up)
-    up_cm = column_major(up)
+    up_cm = up.clone()
+    store_column_major(up_cm)
     assert up_cm.shape == up.shape and up_cm.stride() == (1, 200) and torch.equal(up_cm, up)
     assert up_cm.t().is_contiguous()
     torch.testing.assert_close(fast_low_rank_logits(h, down, up_cm.t()), reference)

@@ -8,6 +8,7 @@ import torch
 
 import slimspec_hf
 from slimspec_hf import SlimSpecGenerationStats
+from slimspec_hf.evaluation.cost_model import nu_macs
 from slimspec_hf.evaluation.metrics import (
     acceptance_length,
     acceptance_rate_from_tau,
@@ -16,7 +17,6 @@ from slimspec_hf.evaluation.metrics import (
     measure_round_costs,
     model_index_entry,
     nu,
-    nu_macs,
     pooled_acceptance_length,
     rho_tau,
     tau_from_acceptance_rate,

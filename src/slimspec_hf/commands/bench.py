@@ -6,16 +6,15 @@ import logging
 import sys
 from pathlib import Path
 
-import torch
-
 from ..evaluation.benchmark import (
     DATASETS,
     load_questions,
     render_markdown,
     run_benchmark,
-    shared_data_dir,
     write_outputs,
 )
+from ..paths import data_dir
+from .common import add_runtime_arguments, load_models, runtime_line
 
 
 logger = logging.getLogger(__name__)
@@ -55,10 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
     p.add_argument("--timing-repeats", type=int, default=20)
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--output-dir", default="bench-results")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine)")
+    add_runtime_arguments(p)
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -66,31 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM
-
-    import slimspec_hf  # noqa: F401  (registers the drafter with the Auto classes)
-
-    from ..targets import load_target
-
     if args.name is not None and len(args.name) != len(args.drafter):
         print(
             f"slimspec bench: got {len(args.name)} --name for {len(args.drafter)} --drafter; give one per drafter.",
             file=sys.stderr,
         )
         return 2
-    dtype = getattr(torch, args.dtype)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    data = Path(args.data) if args.data else shared_data_dir() / DATASETS[args.dataset]
+    data = Path(args.data) if args.data else data_dir() / DATASETS[args.dataset]
     questions = load_questions(data, args.categories, args.limit, args.dataset)
-    target, tokenizer = load_target(args.target, dtype=dtype, device=device)
+    target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
+    logger.info(runtime_line(target))
     drafters = {}
-    for i, path in enumerate(args.drafter):
+    for i, (path, drafter) in enumerate(zip(args.drafter, loaded)):
         name = args.name[i] if args.name else Path(path).name
         if name in drafters or name in ("target", "prompt_lookup"):
             name = f"{name}-{i}"
-        drafters[name] = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        drafters[name] = drafter
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),

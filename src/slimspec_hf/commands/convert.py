@@ -2,7 +2,6 @@
 """`slimspec convert`: an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators) into a SlimSpec drafter."""
 
 import argparse
-import sys
 
 import torch
 
@@ -15,8 +14,10 @@ from ..interop.convert import (
     read_eagle3_checkpoint,
 )
 from ..targets import load_target
+from .common import error_boundary
 
 
+@error_boundary("slimspec convert", code=1, errors=(ValueError, FileNotFoundError, TypeError))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec convert",
@@ -47,26 +48,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="dtype of the saved drafter")
     args = parser.parse_args(argv)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
-    try:
-        target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
-        ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
-        drafter = convert_eagle3(
-            ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
-        )
-        summary = [
-            f"source format: {ckpt.format} ({ckpt.path})",
-            f"target layers (hidden_states indices): {drafter.config.target_layer_ids} from {ckpt.layer_ids_origin}",
-            f"norm_before_residual: {str(ckpt.norm_before_residual).lower()} ({ckpt.norm_before_residual_origin})",
-            f"draft vocabulary: {ckpt.draft_vocab_size} of {drafter.config.vocab_size} tokens",
-            f"head: {args.head}" + (f", rank {drafter.config.head_rank}" if args.head == "low_rank" else ""),
-        ]
-        if args.head == "low_rank":
-            dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
-            error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
-            summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
-        drafter.to(DTYPES[args.dtype]).save_pretrained(args.out)
-    except (ValueError, FileNotFoundError, TypeError) as err:
-        print(f"slimspec convert: error: {err}", file=sys.stderr)
-        return 1
+    target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
+    ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
+    drafter = convert_eagle3(
+        ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
+    )
+    summary = [
+        f"source format: {ckpt.format} ({ckpt.path})",
+        f"target layers (hidden_states indices): {drafter.config.target_layer_ids} from {ckpt.layer_ids_origin}",
+        f"norm_before_residual: {str(ckpt.norm_before_residual).lower()} ({ckpt.norm_before_residual_origin})",
+        f"draft vocabulary: {ckpt.draft_vocab_size} of {drafter.config.vocab_size} tokens",
+        f"head: {args.head}" + (f", rank {drafter.config.head_rank}" if args.head == "low_rank" else ""),
+    ]
+    if args.head == "low_rank":
+        dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
+        error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
+        summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
+    drafter.to(DTYPES[args.dtype]).save_pretrained(args.out)
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0

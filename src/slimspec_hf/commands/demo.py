@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import TextStreamer
 
     from slimspec_hf import load_embedded_drafter, load_embedded_target
-    from slimspec_hf.commands.generate import chat_inputs, timed_generate
+    from slimspec_hf.evaluation.timing import encode_prompt, timed_generate
 
     torch.set_grad_enabled(False)
     print("Loading the embedded target SmolLM2-135M-Instruct (the first run dequantises its GGUF) ...")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     rows = []
     for prompt in PROMPTS:
-        inputs = chat_inputs(tokenizer, prompt)
+        inputs = encode_prompt(tokenizer, prompt)
         print(f">>> {prompt}")
         first = timed_generate(target, tokenizer, inputs, drafter=drafter, streamer=streamer, **kwargs)
         fast, plain = [], []

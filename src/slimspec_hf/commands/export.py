@@ -2,12 +2,13 @@
 """`slimspec export`: a SlimSpec drafter as a speculators EAGLE-3 checkpoint (merged dense head) for vLLM."""
 
 import argparse
-import sys
 
 from ..interop.convert import DTYPES, EXPORT_FORMATS, export_speculators
 from ..modeling_slimspec import SlimSpecDrafterForCausalLM
+from .common import error_boundary
 
 
+@error_boundary("slimspec export", code=1)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec export",
@@ -19,13 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help="weight dtype (default: drafter's)")
     parser.add_argument("--verifier", default=None, help="target name recorded in the checkpoint (default: config's)")
     args = parser.parse_args(argv)
-    try:
-        drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.src)
-        dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
-        out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=args.verifier)
-    except (ValueError, FileNotFoundError, TypeError, OSError) as err:
-        print(f"slimspec export: error: {err}", file=sys.stderr)
-        return 1
+    drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.src)
+    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
+    out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=args.verifier)
     head = drafter.config.head_type
     note = " (low-rank head merged into a dense V×d head)" if head == "low_rank" else ""
     print(f"exported {args.src} as a speculators EAGLE-3 checkpoint{note}: {out}")

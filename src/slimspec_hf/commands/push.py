@@ -2,11 +2,12 @@
 """`slimspec push`: push a drafter folder to the Hub with its model card."""
 
 import argparse
-import sys
 
-from ..interop.hub import _push
+from ..interop.hub import push_folder
+from .common import error_boundary
 
 
+@error_boundary("slimspec push", code=2, errors=(ValueError, TypeError, FileNotFoundError))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec push",
@@ -27,22 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", action="append", default=None, help="training dataset id (repeatable)")
     parser.add_argument("--keep-card", action="store_true", help="publish the folder's README.md unchanged")
     args = parser.parse_args(argv)
-    try:
-        info, pinned = _push(
-            args.model_dir,
-            args.repo_id,
-            revision=args.revision,
-            private=args.private,
-            token=args.token,
-            commit_message=args.commit_message,
-            results=args.results,
-            recipe=args.recipe,
-            datasets=args.dataset,
-            update_card=not args.keep_card,
-        )
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"slimspec push: error: {err}", file=sys.stderr)
-        return 2
+    info, pinned = push_folder(
+        args.model_dir,
+        args.repo_id,
+        revision=args.revision,
+        private=args.private,
+        token=args.token,
+        commit_message=args.commit_message,
+        results=args.results,
+        recipe=args.recipe,
+        datasets=args.dataset,
+        update_card=not args.keep_card,
+    )
     print(f"pushed {args.model_dir} to {info.commit_url}")
     print(f"pinned revision (trust_remote_code=True): {pinned}")
     return 0

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import statistics
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,21 +28,16 @@ from ..utils import atomic_write
 from . import cost_model
 from .metrics import acceptance_length, measure_round_costs, model_index_entry, rho_tau
 from .metrics import kappa as metrics_kappa
+from .timing import encode_prompt, sampling_kwargs, timed_generate
 
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DATASETS = {"spec_bench": "eval/spec_bench/question.jsonl", "mt_bench": "eval/mt_bench/question.jsonl"}
 DATASET_NAMES = {"spec_bench": "Spec-Bench", "mt_bench": "MT-Bench"}
 # Spec-Bench reports its MT-Bench questions (ids 81-160) as one category.
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 OVERALL = "overall"
-
-
-def shared_data_dir() -> Path:
-    """`$SLIMSPEC_DATA`, else `<repo>/../shared/data`."""
-    return Path(os.environ.get("SLIMSPEC_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 def report_category(category: str, dataset: str = "spec_bench") -> str:
@@ -92,16 +86,6 @@ def load_questions(
     return questions
 
 
-def encode_prompt(tokenizer, prompt: str) -> dict[str, torch.Tensor]:
-    """Token ids of a user turn, through the chat template when the tokenizer has one."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-        return dict(tokenizer(text, add_special_tokens=False, return_tensors="pt"))
-    return dict(tokenizer(prompt, return_tensors="pt"))
-
-
 @dataclass
 class System:
     """One way of generating: `kind` is "target" (alone), "drafter" or "prompt_lookup"."""
@@ -137,35 +121,20 @@ def build_systems(
     return systems
 
 
-def _sampling_kwargs(temperature: float) -> dict:
-    if temperature == 0:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
-
-
 def _generate(target, system: System, inputs: dict, max_new_tokens: int, temperature: float, seed: int, pad_id):
-    device = target.device
-    inputs = {k: v.to(device) for k, v in inputs.items()}
     torch.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        output = target.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad_id,
-            **_sampling_kwargs(temperature),
-            **system.generate_kwargs,
-        )
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - start
-    new_tokens = int(output.shape[1] - inputs["input_ids"].shape[1])
-    stats = None
-    if system.kind == "drafter":
-        stats = dict(system.drafter.last_generation_stats.as_dict())
-    return new_tokens, elapsed, stats
+    kwargs = {k: v for k, v in system.generate_kwargs.items() if k != "assistant_model"}
+    result = timed_generate(
+        target,
+        None,
+        inputs,
+        drafter=system.drafter if system.kind == "drafter" else None,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad_id,
+        **sampling_kwargs(temperature, top_k=0),  # unbiased sampling: no top-k cut
+        **kwargs,
+    )
+    return result.new_tokens, result.seconds, result.stats
 
 
 def run_benchmark(
@@ -567,7 +536,6 @@ def write_outputs(report: dict, output_dir: str | os.PathLike) -> list[Path]:
 __all__ = [
     "load_questions",
     "report_category",
-    "encode_prompt",
     "System",
     "build_systems",
     "run_benchmark",

@@ -29,6 +29,26 @@ def _check(name: str, value: float, low: float = 0.0, allow_equal: bool = True) 
     return value
 
 
+def nu_macs(rank: int, hidden_size: int, vocab_size: int) -> float:
+    """ν of a rank-r head counted in multiply–accumulates, r·(d + V) / (d·V): the memory-bound limit. The one
+    head-cost formula of the package (the others below derive from it)."""
+    if not 0 < rank <= min(hidden_size, vocab_size):
+        raise ValueError(
+            f"`rank` ({rank}) must lie in (0, min(hidden_size, vocab_size) = {min(hidden_size, vocab_size)}]."
+        )
+    return rank * (hidden_size + vocab_size) / (hidden_size * vocab_size)
+
+
+def mac_limit_low_rank(hidden_size: int, vocab_size: int, rank: int) -> float:
+    """(V·d)/(r·d + V·r) = 1/ν_MAC: the low-rank head's best possible speed-up over the full head."""
+    return 1.0 / nu_macs(rank, hidden_size, vocab_size)
+
+
+def mac_limit_trimmed(vocab_size: int, draft_vocab_size: int) -> float:
+    """V/K: the trimmed head's best possible speed-up over the full head (the scatter is not counted)."""
+    return vocab_size / draft_vocab_size
+
+
 def speedup(rho_tau: float, nu: float, kappa: float) -> float:
     """Predicted speed-up of a head over the full head: ρτ·(1+κ)/(1+ν·κ)."""
     rho_tau = _check("rho_tau", rho_tau)
@@ -161,6 +181,9 @@ def save_figure(fig, path) -> None:
 
 
 __all__ = [
+    "nu_macs",
+    "mac_limit_low_rank",
+    "mac_limit_trimmed",
     "speedup",
     "break_even_rho_tau",
     "is_profitable",

@@ -30,12 +30,15 @@ One shape is held in memory at a time.
 
 import math
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from ..modeling_slimspec import store_column_major
+from .cost_model import mac_limit_low_rank, mac_limit_trimmed
+from .timing import quartiles, time_interleaved
 
 
 # (hidden size d, vocabulary size V) of the embedded target and of the paper's targets
@@ -54,17 +57,6 @@ DEFAULT_TRIM_K = 32768
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def column_major(weight: torch.Tensor) -> torch.Tensor:
-    """The same (out×in) matrix stored column-major: a view of its transpose made contiguous.
-
-    The result has `weight`'s shape and values (so it can stay an `nn.Linear.weight` and keep its checkpoint name)
-    but strides (1, out), i.e. `result.t()` is a contiguous (in×out) tensor.
-    """
-    if weight.dim() != 2:
-        raise ValueError(f"`weight` must be a 2-D (out×in) matrix, got shape {tuple(weight.shape)}.")
-    return weight.t().contiguous().t()
-
-
 def fast_low_rank_logits(
     hidden_states: torch.Tensor, down_weight: torch.Tensor, up_weight_t: torch.Tensor
 ) -> torch.Tensor:
@@ -74,7 +66,7 @@ def fast_low_rank_logits(
         hidden_states: (..., d).
         down_weight: W_down, (r, d) — `lm_head.down.weight` as stored.
         up_weight_t: W_upᵀ, (r, V), contiguous — `lm_head.up.weight.t()` when `lm_head.up.weight` is stored
-            column-major (see `column_major`), or `lm_head.up.weight.t().contiguous()`.
+            column-major (see `modeling_slimspec.store_column_major`), or `lm_head.up.weight.t().contiguous()`.
 
     Returns:
         (..., V) logits, equal to `F.linear(F.linear(hidden_states, down_weight), up_weight_t.t())`.
@@ -92,16 +84,6 @@ def fast_low_rank_logits(
     reduced = F.linear(hidden_states, down_weight)  # (..., r): tiny, the layout of W_down does not matter
     # (..., r) @ (r, V): GEMV/GEMM whose output dimension V is the contiguous one of the big matrix.
     return torch.matmul(reduced, up_weight_t)
-
-
-def mac_limit_low_rank(hidden_size: int, vocab_size: int, rank: int) -> float:
-    """(V·d)/(r·d + V·r): the low-rank head's best possible speed-up over the full head."""
-    return vocab_size * hidden_size / (rank * hidden_size + vocab_size * rank)
-
-
-def mac_limit_trimmed(vocab_size: int, draft_vocab_size: int) -> float:
-    """V/K: the trimmed head's best possible speed-up over the full head (the scatter is not counted)."""
-    return vocab_size / draft_vocab_size
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -191,7 +173,7 @@ def build_heads(
     layout (for Llama-3.1-8B in fp32: 2 × 2.1 GB full, 2 × 0.5 GB trimmed, 2 × 0.26 GB low-rank).
 
     With `model_head`, also `modeling_slimspec.LowRankHead` as the model builds it ("as stored") and with its
-    `up.weight` re-laid out by `column_major` ("T-layout"), both holding the same W_down and W_up."""
+    `up.weight` re-laid out by `store_column_major` ("T-layout"), both holding the same W_down and W_up."""
     d, V, r, K = hidden_size, vocab_size, rank, draft_vocab_size
     full = _random_matrix(V, d, dtype, seed)
     full_t = _random_matrix(V, d, dtype, seed, transposed=True)  # (V, d) view of a contiguous (d, V)
@@ -223,38 +205,11 @@ def build_heads(
         before.up.weight.copy_(up)
         after = LowRankHead(d, V, r).to(dtype).requires_grad_(False)
         after.down.weight.copy_(down)
-        after.up.weight.data = column_major(up)
+        after.up.weight.copy_(up)
+        store_column_major(after.up.weight)
         heads[("LowRankHead", "as stored")] = before
         heads[("LowRankHead", "T-layout")] = after
     return heads
-
-
-def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
-def time_interleaved(
-    functions: dict, inputs: torch.Tensor, rounds: int, warmup: int, flush: torch.Tensor | None = None
-) -> dict:
-    """Per-round wall-clock seconds of each function; rounds interleave all functions, rotating their order."""
-    names = list(functions)
-    times = {name: [] for name in names}
-    with torch.inference_mode():
-        for _ in range(warmup):
-            for name in names:
-                functions[name](inputs)
-        for i in range(rounds):
-            order = names[i % len(names) :] + names[: i % len(names)]
-            for name in order:
-                if flush is not None:
-                    flush.add_(1.0)  # evict the last-level cache: the head starts cold, as after a target pass
-                start = time.perf_counter()
-                functions[name](inputs)
-                times[name].append(time.perf_counter() - start)
-    return times
 
 
 def check_layouts_agree(heads: dict, hidden_size: int, dtype: torch.dtype) -> None:
@@ -304,8 +259,8 @@ def measure_cell(
             macs, r, k = draft_vocab_size * hidden_size, None, draft_vocab_size
             limit = mac_limit_trimmed(vocab_size, draft_vocab_size)
         ratios = [f / t for f, t in zip(times[best_full], ts)]
-        s25, s50, s75 = _quartiles(ratios)
-        q25, q50, q75 = _quartiles(ts)
+        s25, s50, s75 = quartiles(ratios)
+        q25, q50, q75 = quartiles(ts)
         rows.append(
             Measurement(
                 shape=shape,
@@ -336,9 +291,6 @@ def measure_cell(
 __all__ = [
     "SHAPES",
     "build_heads",
-    "column_major",
     "fast_low_rank_logits",
-    "mac_limit_low_rank",
-    "mac_limit_trimmed",
     "measure_cell",
 ]

@@ -12,13 +12,13 @@ breakdown (T_head, T_head_full, T_backbone per step and T_verify per round).
 """
 
 import math
-import statistics
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+
+from .timing import median_times
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -68,15 +68,6 @@ def kappa(t_head_full: float, t_non_head: float, num_speculative_tokens: int = 1
     if num_speculative_tokens < 1:
         raise ValueError(f"`num_speculative_tokens` must be at least 1, got {num_speculative_tokens}.")
     return num_speculative_tokens * float(t_head_full) / float(t_non_head)
-
-
-def nu_macs(rank: int, hidden_size: int, vocab_size: int) -> float:
-    """ν of a rank-r head counted in multiply–accumulates, r·(d + V) / (d·V): the memory-bound limit."""
-    if not 0 < rank <= min(hidden_size, vocab_size):
-        raise ValueError(
-            f"`rank` ({rank}) must lie in (0, min(hidden_size, vocab_size) = {min(hidden_size, vocab_size)}]."
-        )
-    return rank * (hidden_size + vocab_size) / (hidden_size * vocab_size)
 
 
 def tau_from_acceptance_rate(alpha: float, num_speculative_tokens: int) -> float:
@@ -135,33 +126,6 @@ def model_index_entry(
 # ----------------------------------------------------------------------------------------------------------------
 # Timing on this machine
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_times(
-    functions: Mapping[str, Callable[[], Any]], repeats: int = 30, warmup: int = 3, device="cpu"
-) -> dict[str, float]:
-    """Median wall time (s) of each function, measured round-robin so that all share the machine's noise."""
-    if repeats < 1:
-        raise ValueError(f"`repeats` must be at least 1, got {repeats}.")
-    device = torch.device(device)
-    samples: dict[str, list[float]] = {name: [] for name in functions}
-    with torch.inference_mode():
-        for _ in range(warmup):
-            for fn in functions.values():
-                fn()
-        _sync(device)
-        for _ in range(repeats):
-            for name, fn in functions.items():
-                start = time.perf_counter()
-                fn()
-                _sync(device)
-                samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def dense_head(hidden_size: int, vocab_size: int, dtype=torch.float32, device="cpu") -> nn.Linear:
@@ -290,11 +254,9 @@ __all__ = [
     "rho_tau",
     "nu",
     "kappa",
-    "nu_macs",
     "tau_from_acceptance_rate",
     "acceptance_rate_from_tau",
     "model_index_entry",
-    "median_times",
     "dense_head",
     "low_rank_head",
     "time_heads",

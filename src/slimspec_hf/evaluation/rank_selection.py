@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..paths import data_dir
 from ..training.head_init import activation_aware_factors, second_moment
 from . import cost_model
-from .metrics import low_rank_head, nu_macs, tau_from_acceptance_rate, time_heads
+from .cost_model import nu_macs
+from .metrics import low_rank_head, tau_from_acceptance_rate, time_heads
 
 
 logger = logging.getLogger(__name__)
@@ -493,7 +495,7 @@ def generate_sequences(
     target, tokenizer, prompts: list[str], num_positions: int = 1536, max_new_tokens: int = 32
 ) -> list[torch.Tensor]:
     """Prompts followed by the target's own greedy answers, until they hold ≥ `num_positions` tokens."""
-    from .benchmark import encode_prompt
+    from .timing import encode_prompt
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     sequences, total = [], 0
@@ -574,9 +576,7 @@ def measure_kappa(target, num_speculative_tokens: int, context_length: int = 256
 
 
 def _training_prompts(limit: int) -> list[str]:
-    from .benchmark import shared_data_dir
-
-    path = shared_data_dir() / "train" / "prompts_balanced_4k.jsonl"
+    path = data_dir() / "train" / "prompts_balanced_4k.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"No training prompts at {path}; set SLIMSPEC_DATA to the shared data folder.")
     rows = [json.loads(line) for line in path.read_text().splitlines()[: 4 * limit] if line.strip()]

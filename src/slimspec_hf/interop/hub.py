@@ -110,7 +110,7 @@ def _remote_pinned_revision(api: HfApi, repo_id: str, branch: str) -> str | None
     return match.group(1) if match else None
 
 
-def _push(
+def push_folder(
     model_dir: Any,
     repo_id: str,
     *,
@@ -136,7 +136,7 @@ def _push(
     if hasattr(model_dir, "save_pretrained"):
         with tempfile.TemporaryDirectory(prefix="slimspec-push-") as tmp:
             model_dir.save_pretrained(tmp, max_shard_size=max_shard_size)
-            return _push(
+            return push_folder(
                 tmp,
                 repo_id,
                 revision=revision,
@@ -217,7 +217,7 @@ def push_to_hub(
             `results`, `datasets`, `tags`, `update_card` (False: publish the folder's README.md unchanged),
             `max_shard_size` (when given a model).
     """
-    info, _ = _push(
+    info, _ = push_folder(
         model_dir, repo_id, revision=revision, private=private, token=token, commit_message=commit_message, **kwargs
     )
     return info
