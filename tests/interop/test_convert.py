@@ -16,12 +16,8 @@ from safetensors.torch import save_file
 from slimspec_hf import SlimSpecDrafterForCausalLM
 from slimspec_hf.commands.convert import main as convert_main
 from slimspec_hf.commands.export import main as export_main
-from slimspec_hf.interop.convert import (
-    convert_eagle3,
-    expand_draft_head,
-    export_speculators,
-    read_eagle3_checkpoint,
-)
+from slimspec_hf.interop.convert import convert_eagle3, expand_draft_head, read_eagle3_checkpoint
+from slimspec_hf.interop.export import export_speculators
 from slimspec_hf.training.head_init import prepare_head_finetune
 
 from ..conftest import make_tiny_target

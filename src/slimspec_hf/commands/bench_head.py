@@ -13,13 +13,13 @@ import torch
 
 from ..evaluation.heads import (
     DEFAULT_TRIM_K,
-    DTYPES,
     SHAPES,
     Measurement,
     build_heads,
     check_layouts_agree,
     measure_cell,
 )
+from ..targets import resolve_dtype
 from ..utils import atomic_write_json
 
 
@@ -50,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64], help="default: 1 64")
     parser.add_argument(
-        "--dtypes", nargs="+", choices=list(DTYPES), default=["float32", "bfloat16"], help="default: float32 bfloat16"
+        "--dtypes",
+        nargs="+",
+        choices=["float32", "bfloat16"],
+        default=["float32", "bfloat16"],
+        help="default: float32 bfloat16",
     )
     parser.add_argument("--rank-divisor", type=int, default=8, help="low-rank head rank r = d // this (default 8)")
     parser.add_argument(
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Measurement] = []
     for name, d, V, rank, k in plans:
         for dtype_name in args.dtypes:
-            dtype = DTYPES[dtype_name]
+            dtype = resolve_dtype(dtype_name)
             heads = build_heads(d, V, rank, k, dtype, model_head=args.model_head)
             check_layouts_agree(heads, d, dtype)
             for batch_size in args.batch_sizes:

@@ -6,14 +6,13 @@ import argparse
 import torch
 
 from ..interop.convert import (
+    CONVERT_HEAD_INITS,
     CONVERT_HEAD_TYPES,
-    DTYPES,
-    HEAD_INITS,
     convert_eagle3,
     full_vocab_head,
     read_eagle3_checkpoint,
 )
-from ..targets import load_target
+from ..targets import DTYPE_CHOICES, load_target, resolve_dtype
 from .common import error_boundary
 
 
@@ -30,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output folder of the SlimSpec drafter")
     parser.add_argument("--head", choices=CONVERT_HEAD_TYPES, default="low_rank", help="head type (default low_rank)")
     parser.add_argument("--rank", type=int, default=None, help="rank of the low-rank head (default hidden_size // 8)")
-    parser.add_argument("--head-init", choices=HEAD_INITS, default="svd", help="low-rank head init (default svd)")
+    parser.add_argument(
+        "--head-init", choices=CONVERT_HEAD_INITS, default="svd", help="low-rank head init (default svd)"
+    )
     parser.add_argument(
         "--layer-ids",
         type=int,
@@ -45,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         help="speculators layer variant (residual after hidden_norm); overrides the config, and is "
         "required when the config lacks `norm_before_residual`",
     )
-    parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="dtype of the saved drafter")
+    parser.add_argument(
+        "--dtype", choices=DTYPE_CHOICES[1:], default="float32", help="dtype of the saved drafter (default float32)"
+    )
     args = parser.parse_args(argv)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
     target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
@@ -64,6 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
         error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
         summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
-    drafter.to(DTYPES[args.dtype]).save_pretrained(args.out)
+    drafter.to(resolve_dtype(args.dtype)).save_pretrained(args.out)
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0

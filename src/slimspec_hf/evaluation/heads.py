@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..modeling_slimspec import store_column_major
+from ..targets import resolve_dtype
 from .cost_model import mac_limit_low_rank, mac_limit_trimmed
 from .timing import quartiles, time_interleaved
 
@@ -48,7 +49,6 @@ SHAPES: dict[str, tuple[int, int]] = {
     "gpt-oss-20b": (2880, 201088),
     "qwen3-30b-a3b": (2048, 151936),
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEFAULT_TRIM_K = 32768
 
 
@@ -241,7 +241,7 @@ def measure_cell(
     warmup: int,
     flush: torch.Tensor | None,
 ) -> list[Measurement]:
-    dtype = DTYPES[dtype_name]
+    dtype = resolve_dtype(dtype_name)
     inputs = torch.randn(batch_size, hidden_size, generator=torch.Generator().manual_seed(batch_size)).to(dtype)
     if batch_size > NO_ONEDNN_MAX_BATCH:  # ATen's bf16 GEMM fallback is far slower than oneDNN's at batch 64
         heads = {key: fn for key, fn in heads.items() if key[1] != NO_ONEDNN}
