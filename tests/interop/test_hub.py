@@ -590,14 +590,14 @@ def test_template_ships_in_the_wheel():
 def test_results_from_a_bench_report_pick_the_drafter(tmp_path):
     import json
 
-    from slimspec_hf.training.model_card import _results_list
+    from slimspec_hf.training.model_card import read_results
 
     entry = {"dataset": "Spec-Bench", "temperature": 0.0, "acceptance_length": 2.5, "speedup": 1.4}
     report = tmp_path / "results.json"
     report.write_text(json.dumps({"config": {}, "model_index": {"slim": [entry], "full": [dict(entry, speedup=1.1)]}}))
-    assert _results_list(f"{report}#slim")[0]["speedup"] == 1.4
-    assert _results_list(f"{report}#full")[0]["speedup"] == 1.1
+    assert read_results(f"{report}#slim")[0]["speedup"] == 1.4
+    assert read_results(f"{report}#full")[0]["speedup"] == 1.1
     with pytest.raises(ValueError, match=r"drafters \['full', 'slim'\]"):
-        _results_list(str(report))
+        read_results(str(report))
     report.write_text(json.dumps({"model_index": {"only": [entry]}}))
-    assert _results_list(str(report))[0]["acceptance_length"] == 2.5
+    assert read_results(str(report))[0]["acceptance_length"] == 2.5

@@ -173,7 +173,7 @@ def _changed_fields(args: Any) -> dict:
     }
 
 
-def _results_list(results: Any) -> list[dict] | None:
+def read_results(results: Any) -> list[dict] | None:
     """Results as a list of dicts: one mapping, a list of them, or a JSON file holding either — or the
     `results.json` of `slimspec bench` (`PATH#NAME` picks drafter NAME; the name may be left out when the
     benchmark had a single drafter)."""
@@ -345,7 +345,7 @@ def render_model_card(
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
     recipe_dict = _recipe_dict(recipe)
-    results_list = _results_list(results)
+    results_list = read_results(results)
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
 
     recorded = config.get("target_model_name_or_path")
@@ -449,7 +449,7 @@ def write_model_card(
     stored = load_card_inputs(folder)
     inputs = {
         "recipe": _recipe_dict(recipe) if recipe is not None else stored.get("recipe"),
-        "results": _results_list(results) if results is not None else stored.get("results"),
+        "results": read_results(results) if results is not None else stored.get("results"),
         "datasets": ([datasets] if isinstance(datasets, str) else list(datasets))
         if datasets is not None
         else stored.get("datasets"),
@@ -466,6 +466,7 @@ __all__ = [
     "TEMPLATE_NAME",
     "load_card_inputs",
     "read_drafter_config",
+    "read_results",
     "render_model_card",
     "template_text",
     "write_model_card",
