@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slimspec_hf import low_rank_factors
+from slimspec_hf import SlimSpecDrafterConfig, low_rank_factors
 from slimspec_hf.training.config import SlimSpecConfig
 from slimspec_hf.training.head_init import activation_aware_factors
 from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel
@@ -449,3 +449,13 @@ def test_training_from_a_half_precision_drafter_uses_fp32_master_weights(tmp_pat
     expected = source.state_dict()["lm_head.up.weight"].float()
     assert torch.equal(trainer.drafter.state_dict()["lm_head.up.weight"], expected)  # the saved weights, upcast
     trainer.train()
+
+
+def test_ttt_steps_do_not_set_the_drafters_draft_length(tmp_path):
+    from slimspec_hf.training.head_init import build_drafter
+
+    target = make_tiny_target()
+    default = build_drafter(target, tiny_args(tmp_path, ttt_steps=2)).config.num_speculative_tokens
+    assert default == SlimSpecDrafterConfig.from_target_config(target.config).num_speculative_tokens
+    chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_speculative_tokens=3))
+    assert chosen.config.num_speculative_tokens == 3

@@ -118,7 +118,7 @@ class SlimSpecConfig(TrainingArguments):
         metadata=_card(
             help="LM head of the drafter: `low_rank` (SlimSpec), `full`, `trimmed` (VocabTrim baseline) or "
             "`target` (the target's frozen head).",
-            choices=["low_rank", "full", "trimmed", "target"],
+            choices=list(HEAD_TYPES),
         ),
     )
     head_rank: int | None = field(
