@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(PY) -m slimspec_hf.demo
+	$(PY) -m slimspec_hf.commands.demo
 
 test: install
 	$(PY) -m pytest -m "not slow" --timeout=900

@@ -21,9 +21,9 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/slimspec-bench-training")
     args = parser.parse_args()
 
-    from slimspec_hf.data import load_training_dataset
-    from slimspec_hf.distillation_config import SlimSpecConfig
-    from slimspec_hf.distillation_trainer import SlimSpecTrainer
+    from slimspec_hf.training.config import SlimSpecConfig
+    from slimspec_hf.training.data import load_training_dataset
+    from slimspec_hf.training.trainer import SlimSpecTrainer
 
     dataset = load_training_dataset(args.data)
     config = SlimSpecConfig(

@@ -28,7 +28,7 @@ def main() -> None:
     import slimspec_hf
     from slimspec_hf import SlimSpecDrafterCache, SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 
-    target, _ = slimspec_hf.load_embedded_target()
+    target, _ = slimspec_hf.load_embedded_target(dtype=torch.float32)
     if args.drafter:
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.drafter)
     else:

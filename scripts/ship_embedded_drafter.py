@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slimspec_hf.hub import CARD_INPUTS_FILE, _results_list, write_model_card
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
+    from slimspec_hf.training.model_card import CARD_INPUTS_FILE, read_results, write_model_card
 
     source = Path(args.trained_dir)
     dest = Path(args.dest) if args.dest else EMBEDDED_DRAFTER_DIR
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stored = source / CARD_INPUTS_FILE
     stored = json.loads(stored.read_text()) if stored.is_file() else {}
-    results = _results_list(args.results)  # fails here, before anything is replaced, on a bad --results
+    results = read_results(args.results)  # fails here, before anything is replaced, on a bad --results
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     # staged under its final name (the card is titled after its folder), then swapped into place

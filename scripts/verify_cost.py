@@ -43,7 +43,7 @@ def main() -> None:
 
     from slimspec_hf.targets import load_target
 
-    target, _ = load_target(args.target)
+    target, _ = load_target(args.target, dtype=torch.float32)
     vocab = target.config.vocab_size
     generator = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, args.context), generator=generator)

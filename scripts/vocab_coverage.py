@@ -17,8 +17,8 @@ from pathlib import Path
 from transformers import AutoModelForCausalLM
 
 import slimspec_hf  # noqa: F401  (registers the drafter with the Auto classes)
-from slimspec_hf.data import load_training_dataset
 from slimspec_hf.targets import load_target
+from slimspec_hf.training.data import load_training_dataset
 
 
 def kept_token_ids(drafter_dir: Path) -> set[int]:

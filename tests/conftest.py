@@ -60,7 +60,7 @@ def embedded_target():
     """(model, tokenizer) of the real SmolLM2-135M-Instruct, loaded once per session."""
     from slimspec_hf import load_embedded_target
 
-    return load_embedded_target()
+    return load_embedded_target(dtype=torch.float32)  # losslessness is proven in fp32
 
 
 @pytest.fixture(scope="session")

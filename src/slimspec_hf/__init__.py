@@ -3,7 +3,12 @@
 
 Importing the package registers the drafter with `AutoConfig`/`AutoModelForCausalLM` and installs the
 `generate()` hook, so that `target.generate(**inputs, assistant_model=drafter)` drafts with SlimSpec.
+
+The training pair `SlimSpecConfig` / `SlimSpecTrainer` is exported lazily (as trl does): `import slimspec_hf` stays
+light and imports neither trl nor datasets until one of them is asked for.
 """
+
+import importlib
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -19,7 +24,13 @@ from .modeling_slimspec import (
     TrimmedHead,
     low_rank_factors,
 )
-from .targets import EMBEDDED_TARGET_NAME, load_embedded_drafter, load_embedded_target, load_target
+from .targets import (
+    EMBEDDED_TARGET_NAME,
+    load_embedded_drafter,
+    load_embedded_target,
+    load_target,
+    resolve_dtype,
+)
 
 
 __version__ = "0.1.0"
@@ -30,10 +41,29 @@ AutoModelForCausalLM.register(SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM,
 SlimSpecDrafterConfig.register_for_auto_class()
 SlimSpecDrafterForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
-from .hub import install_push_hook  # noqa: E402  (needs the registered classes)
+from .interop.hub import install_push_hook  # noqa: E402  (needs the registered classes)
 
 
 install_push_hook()  # drafter.push_to_hub(repo_id) publishes the SlimSpec model card
+
+# name -> module that defines it, imported on first access (PEP 562)
+_LAZY = {
+    "SlimSpecConfig": ".training.config",
+    "SlimSpecTrainer": ".training.trainer",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "HEAD_TYPES",
@@ -53,4 +83,7 @@ __all__ = [
     "load_embedded_target",
     "load_embedded_drafter",
     "load_target",
+    "resolve_dtype",
+    "SlimSpecConfig",
+    "SlimSpecTrainer",
 ]

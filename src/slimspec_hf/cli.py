@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The `slimspec` command. Each sub-command lives in the module its name points to and is imported lazily."""
+"""The `slimspec` command. Each sub-command lives in `slimspec_hf/commands/` and is imported lazily."""
 
 import importlib
 import sys
@@ -7,18 +7,40 @@ import sys
 
 # sub-command -> (module:function taking argv and returning an exit code, one-line help)
 COMMANDS = {
-    "generate": ("slimspec_hf.generate_cli:main", "generate with a drafter (streamed; --compare times target alone)"),
-    "prepare-data": ("slimspec_hf.data:main", "regenerate responses to prompts with the target (resumable)"),
-    "train": ("slimspec_hf.train:main", "train a drafter from a YAML recipe (TrlParser; accelerate-ready)"),
-    "bench": ("slimspec_hf.benchmark:main", "Spec-Bench: tokens/s, acceptance length, speed-up, per category"),
-    "bench-head": ("slimspec_hf.benchmark_heads:main", "time LM heads (full, low-rank, trimmed) against MAC limits"),
-    "choose-rank": ("slimspec_hf.rank_selection:main", "pick the head rank that maximises predicted speed-up"),
+    "generate": (
+        "slimspec_hf.commands.generate:main",
+        "generate with a drafter (streamed; --compare times target alone)",
+    ),
+    "prepare-data": (
+        "slimspec_hf.commands.prepare_data:main",
+        "regenerate responses to prompts with the target (resumable)",
+    ),
+    "train": ("slimspec_hf.commands.train:main", "train a drafter from a YAML recipe (TrlParser; accelerate-ready)"),
+    "bench": (
+        "slimspec_hf.commands.bench:main",
+        "Spec-Bench: tokens/s, acceptance length, speed-up, per category",
+    ),
+    "bench-head": (
+        "slimspec_hf.commands.bench_head:main",
+        "time LM heads (full, low-rank, trimmed) against MAC limits",
+    ),
+    "choose-rank": (
+        "slimspec_hf.commands.choose_rank:main",
+        "pick the head rank that maximises predicted speed-up",
+    ),
     "convert": (
-        "slimspec_hf.convert:main_convert",
+        "slimspec_hf.commands.convert:main",
         "convert an EAGLE-3 drafter (SafeAILab / speculators) to SlimSpec",
     ),
-    "export": ("slimspec_hf.convert:main_export", "export a SlimSpec drafter to the speculators format (vLLM)"),
-    "push": ("slimspec_hf.hub:main", "push a drafter folder to the Hub with its model card"),
+    "export": (
+        "slimspec_hf.commands.export:main",
+        "export a SlimSpec drafter to the speculators format (vLLM)",
+    ),
+    "push": ("slimspec_hf.commands.push:main", "push a drafter folder to the Hub with its model card"),
+    "compare-runs": (
+        "slimspec_hf.commands.compare_runs:main",
+        "compare training runs on their logged acceptance at equal steps",
+    ),
 }
 
 

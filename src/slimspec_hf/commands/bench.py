@@ -1,0 +1,112 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""`slimspec bench`: Spec-Bench / MT-Bench tokens/s, acceptance length and speed-up per category."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from ..evaluation.benchmark import (
+    DATASETS,
+    load_questions,
+    render_markdown,
+    run_benchmark,
+    write_outputs,
+)
+from ..paths import data_dir
+from .common import add_runtime_arguments, load_models, runtime_line
+
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slimspec bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", default="embedded", help="target: Hub id, local folder, .gguf path or 'embedded'")
+    p.add_argument("--drafter", action="append", default=[], metavar="PATH", help="drafter folder (repeatable)")
+    p.add_argument("--name", action="append", default=None, help="display name per --drafter (default: folder name)")
+    p.add_argument("--reference", default=None, help="name of the full-head drafter ρτ and ν refer to")
+    p.add_argument(
+        "--prompt-lookup",
+        nargs="?",
+        type=int,
+        const=10,
+        default=None,
+        metavar="N",
+        help="also benchmark prompt-lookup decoding with N candidate tokens (default 10)",
+    )
+    p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
+    p.add_argument("--data", default=None, help="question jsonl (default: the shared data of --dataset)")
+    p.add_argument("--categories", nargs="+", default=None, help="keep these categories (e.g. mt_bench qa coding)")
+    p.add_argument("--limit", type=int, default=None, help="first N questions of each category")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    p.add_argument("--repeats", type=int, default=1, help="runs per question and system; the median time is kept")
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=None, help="override the drafters' k")
+    p.add_argument(
+        "--confidence-threshold",
+        type=float,
+        nargs="+",
+        default=[],
+        metavar="P",
+        help="also run each drafter with assistant_confidence_threshold=P (rows named NAME@pP)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
+    p.add_argument("--timing-repeats", type=int, default=20)
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--output-dir", default="bench-results")
+    add_runtime_arguments(p)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    if args.name is not None and len(args.name) != len(args.drafter):
+        print(
+            f"slimspec bench: got {len(args.name)} --name for {len(args.drafter)} --drafter; give one per drafter.",
+            file=sys.stderr,
+        )
+        return 2
+    data = Path(args.data) if args.data else data_dir() / DATASETS[args.dataset]
+    questions = load_questions(data, args.categories, args.limit, args.dataset)
+    target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
+    logger.info(runtime_line(target))
+    drafters = {}
+    for i, (path, drafter) in enumerate(zip(args.drafter, loaded)):
+        name = args.name[i] if args.name else Path(path).name
+        if name in drafters or name in ("target", "prompt_lookup"):
+            name = f"{name}-{i}"
+        drafters[name] = drafter
+    logger.info(
+        "bench: %d questions × %d systems × %d temperatures × %d repeats",
+        len(questions),
+        1 + len(drafters) * (1 + len(args.confidence_threshold)) + bool(args.prompt_lookup),
+        len(args.temperatures),
+        args.repeats,
+    )
+    report = run_benchmark(
+        target,
+        tokenizer,
+        drafters,
+        questions,
+        temperatures=tuple(args.temperatures),
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        seed=args.seed,
+        prompt_lookup=args.prompt_lookup,
+        num_speculative_tokens=args.num_speculative_tokens,
+        confidence_thresholds=tuple(args.confidence_threshold),
+        reference=args.reference,
+        context_length=args.context_length,
+        timing_repeats=args.timing_repeats,
+        dataset=args.dataset,
+        progress=not args.no_progress,
+    )
+    report["config"]["target"] = args.target
+    for path in write_outputs(report, args.output_dir):
+        logger.info("wrote %s", path)
+    print(render_markdown(report))
+    return 0

@@ -1,0 +1,72 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""`slimspec convert`: an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators) into a SlimSpec drafter."""
+
+import argparse
+
+import torch
+
+from ..interop.convert import (
+    CONVERT_HEAD_INITS,
+    CONVERT_HEAD_TYPES,
+    convert_eagle3,
+    full_vocab_head,
+    read_eagle3_checkpoint,
+)
+from ..targets import DTYPE_CHOICES, load_target, resolve_dtype
+from .common import error_boundary
+
+
+@error_boundary("slimspec convert", code=1, errors=(ValueError, FileNotFoundError, TypeError))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="slimspec convert",
+        description="Convert an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators, detected from config.json) "
+        "into a SlimSpec drafter with a low-rank head.",
+    )
+    parser.add_argument("--from", dest="source_kind", choices=["eagle3"], required=True, help="source drafter family")
+    parser.add_argument("src", help="folder of the EAGLE-3 drafter (config.json + safetensors)")
+    parser.add_argument("--target", required=True, help="target model: Hub id, local folder, .gguf, or 'embedded'")
+    parser.add_argument("--out", required=True, help="output folder of the SlimSpec drafter")
+    parser.add_argument("--head", choices=CONVERT_HEAD_TYPES, default="low_rank", help="head type (default low_rank)")
+    parser.add_argument("--rank", type=int, default=None, help="rank of the low-rank head (default hidden_size // 8)")
+    parser.add_argument(
+        "--head-init", choices=CONVERT_HEAD_INITS, default="svd", help="low-rank head init (default svd)"
+    )
+    parser.add_argument(
+        "--layer-ids",
+        type=int,
+        nargs=3,
+        default=None,
+        help="target layers as indices into hidden_states (overrides the checkpoint)",
+    )
+    parser.add_argument(
+        "--norm-before-residual",
+        choices=["true", "false"],
+        default=None,
+        help="speculators layer variant (residual after hidden_norm); overrides the config, and is "
+        "required when the config lacks `norm_before_residual`",
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPE_CHOICES[1:], default="float32", help="dtype of the saved drafter (default float32)"
+    )
+    args = parser.parse_args(argv)
+    residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
+    target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
+    ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
+    drafter = convert_eagle3(
+        ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
+    )
+    summary = [
+        f"source format: {ckpt.format} ({ckpt.path})",
+        f"target layers (hidden_states indices): {drafter.config.target_layer_ids} from {ckpt.layer_ids_origin}",
+        f"norm_before_residual: {str(ckpt.norm_before_residual).lower()} ({ckpt.norm_before_residual_origin})",
+        f"draft vocabulary: {ckpt.draft_vocab_size} of {drafter.config.vocab_size} tokens",
+        f"head: {args.head}" + (f", rank {drafter.config.head_rank}" if args.head == "low_rank" else ""),
+    ]
+    if args.head == "low_rank":
+        dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
+        error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
+        summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
+    drafter.to(resolve_dtype(args.dtype)).save_pretrained(args.out)
+    print("\n".join(summary + [f"saved: {args.out}"]))
+    return 0

@@ -1,0 +1,286 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Hub publishing for SlimSpec drafters (the card itself is rendered by [`~training.model_card`]).
+
+- [`push_to_hub`] publishes a drafter folder (or a model): weights, config, the remote-code files named by
+  `auto_map`, and the card, whose `trust_remote_code` snippet pins the commit that holds this code and these weights.
+- [`load_drafter`] loads by repo id or path, failing clearly when the repo is not a SlimSpec drafter.
+- `slimspec push DIR REPO_ID` is `slimspec_hf.commands.push`.
+"""
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+from .. import configuration_slimspec, generation_slimspec, modeling_slimspec
+from ..configuration_slimspec import SlimSpecDrafterConfig
+from ..training.model_card import PINNED, load_card_inputs, read_drafter_config, render_model_card
+
+
+logger = logging.getLogger(__name__)
+
+MODEL_TYPE = SlimSpecDrafterConfig.model_type
+REMOTE_CODE = {
+    "AutoConfig": (configuration_slimspec, "SlimSpecDrafterConfig"),
+    "AutoModelForCausalLM": (modeling_slimspec, "SlimSpecDrafterForCausalLM"),
+}
+# The remote-code unit: every file `save_pretrained` copies next to the weights (the auto_map's modules and the
+# siblings they import relatively).
+REMOTE_CODE_MODULES = (configuration_slimspec, modeling_slimspec, generation_slimspec)
+# Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
+# checkpoints, pickles) stays local. The `.py` files named by `auto_map` are added to these.
+UPLOAD_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+# ----------------------------------------------------------------------------------------------------------------
+# Publishing and loading
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _remote_code_files(config: dict) -> dict[str, str]:
+    """{module file: source} for the `auto_map` of a drafter, from the installed package."""
+    return {
+        f"{module.__name__.rsplit('.', 1)[-1]}.py": Path(module.__file__).read_text(encoding="utf-8")
+        for module in REMOTE_CODE_MODULES
+    }
+
+
+def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
+    """{path in repo: local file or content} to publish from a drafter folder."""
+    files: dict[str, Path | bytes] = {}
+    skipped = []
+    auto_map = config.get("auto_map") or {}
+    code_files = {f"{ref.split('.')[0]}.py" for ref in auto_map.values() if isinstance(ref, str)}
+    code_files |= {f"{module.__name__.rsplit('.', 1)[-1]}.py" for module in REMOTE_CODE_MODULES}
+    for path in sorted(folder.iterdir()):
+        if not path.is_file():
+            continue
+        if any(fnmatch(path.name, p) for p in UPLOAD_PATTERNS) or path.name in code_files:
+            files[path.name] = path
+        elif path.name.endswith(PICKLE_SUFFIXES):
+            skipped.append(path.name)
+    if skipped:
+        logger.warning(
+            "Not publishing %s: pickled files are not loaded from the Hub (weights are safetensors).", skipped
+        )
+    if not any(name.endswith(".safetensors") for name in files):
+        raise FileNotFoundError(
+            f"`model_dir` ({folder}) holds no safetensors weights; save the drafter with "
+            "`drafter.save_pretrained(model_dir)` (safetensors is the default) before pushing."
+        )
+    missing_code = not all(key in auto_map for key in REMOTE_CODE) or any(
+        not (folder / name).is_file() for name in code_files
+    )
+    if missing_code:
+        # A folder saved without the Auto-class registration (or stripped of its .py files): add the installed
+        # package's modelling code so that `trust_remote_code=True` users can load it.
+        logger.warning("%s has no complete remote code (auto_map + .py files); adding the installed copy.", folder)
+        config = dict(config)
+        config["auto_map"] = {
+            auto: f"{module.__name__.rsplit('.', 1)[-1]}.{cls}" for auto, (module, cls) in REMOTE_CODE.items()
+        }
+        for name, source in _remote_code_files(config).items():
+            files[name] = source.encode("utf-8")
+        files["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return files
+
+
+def _remote_pinned_revision(api: HfApi, repo_id: str, branch: str) -> str | None:
+    """The commit the repo's current card pins, if it has a SlimSpec card."""
+    try:
+        path = hf_hub_download(repo_id, "README.md", revision=branch, token=api.token, endpoint=api.endpoint)
+    except EntryNotFoundError:
+        return None
+    match = PINNED.search(Path(path).read_text(encoding="utf-8"))
+    return match.group(1) if match else None
+
+
+def push_folder(
+    model_dir: Any,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    recipe: Any = None,
+    results: Any = None,
+    datasets: str | Sequence[str] | None = None,
+    tags: Sequence[str] | None = None,
+    update_card: bool = True,
+    max_shard_size: int | str = "50GB",
+    create_pr: bool = False,
+):
+    """`push_to_hub`, returning (CommitInfo of the last commit, pinned revision)."""
+    if create_pr:
+        raise ValueError(
+            "`create_pr=True` is not supported by the SlimSpec push (the card pins a commit of the target branch); "
+            "push to a branch with `revision=...` and open the pull request from it."
+        )
+    if hasattr(model_dir, "save_pretrained"):
+        with tempfile.TemporaryDirectory(prefix="slimspec-push-") as tmp:
+            model_dir.save_pretrained(tmp, max_shard_size=max_shard_size)
+            return push_folder(
+                tmp,
+                repo_id,
+                revision=revision,
+                private=private,
+                token=token,
+                commit_message=commit_message,
+                commit_description=commit_description,
+                recipe=recipe,
+                results=results,
+                datasets=datasets,
+                tags=tags,
+                update_card=update_card,
+            )
+    folder = Path(model_dir)
+    config, _ = read_drafter_config(folder)
+    files = _collect_files(folder, config)
+    if not update_card and (folder / "README.md").is_file():
+        files["README.md"] = folder / "README.md"
+    card_inputs = load_card_inputs(folder)
+    card_inputs = {
+        "recipe": recipe if recipe is not None else card_inputs.get("recipe"),
+        "results": results if results is not None else card_inputs.get("results"),
+        "datasets": datasets if datasets is not None else card_inputs.get("datasets"),
+    }
+    if update_card:  # validate the inputs before anything is uploaded
+        render_model_card(config, repo_id=repo_id, tags=tags, **card_inputs)
+
+    api = HfApi(token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    branch = revision or "main"
+    if branch != "main":
+        api.create_branch(repo_id, branch=branch, exist_ok=True)
+    head_before = api.model_info(repo_id, revision=branch).sha
+    message = commit_message or f"Upload SlimSpec drafter ({config.get('head_type', 'low_rank')} head)"
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=source) for name, source in files.items()]
+    info = api.create_commit(
+        repo_id, operations, commit_message=message, commit_description=commit_description, revision=branch
+    )
+    if not update_card:
+        return info, info.oid
+    # Pin the commit that holds this code and these weights: the one just made, or, if nothing changed, the one
+    # the published card already pins (so re-pushing an unchanged folder makes no commit at all).
+    pinned = info.oid if info.oid != head_before else (_remote_pinned_revision(api, repo_id, branch) or info.oid)
+    card = render_model_card(config, repo_id=repo_id, revision=pinned, tags=tags, **card_inputs)
+    card_info = api.create_commit(
+        repo_id,
+        [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode("utf-8"))],
+        commit_message=f"{message}: model card",
+        revision=branch,
+    )
+    return card_info, pinned
+
+
+def push_to_hub(
+    model_dir: Any,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+    **kwargs,
+):
+    """Publishes a SlimSpec drafter folder (or a drafter) to the Hub repo `repo_id` and returns the last CommitInfo.
+
+    Uploads the weights (safetensors), `config.json` with `auto_map`, `configuration_slimspec.py` and
+    `modeling_slimspec.py`, `generation_slimspec.py` (added from the installed package when the folder lacks them), and the model card. The
+    card is rendered from the folder's recorded inputs (`slimspec_card.json`, written by [`write_model_card`]),
+    overridden by `recipe=`, `results=`, `datasets=`, and pins the commit holding this code and these weights in its
+    `trust_remote_code=True` snippet; that takes a second, card-only commit. Re-pushing an unchanged folder makes
+    no commit. Optimizer states, trainer logs and pickles are never uploaded.
+
+    Args:
+        model_dir: a folder written by `save_pretrained` (or the trainer), or a drafter (saved to a temp folder).
+        repo_id: `org/name` (created if missing, private if `private=True`).
+        revision: the branch to push to (created from `main` if missing); default `main`.
+        token, commit_message: as in `huggingface_hub`. Further keywords: `commit_description`, `recipe`,
+            `results`, `datasets`, `tags`, `update_card` (False: publish the folder's README.md unchanged),
+            `max_shard_size` (when given a model).
+    """
+    info, _ = push_folder(
+        model_dir, repo_id, revision=revision, private=private, token=token, commit_message=commit_message, **kwargs
+    )
+    return info
+
+
+def drafter_push_to_hub(self, repo_id: str, **kwargs):
+    """`SlimSpecDrafterForCausalLM.push_to_hub`: publishes weights, config, remote code and the SlimSpec card.
+
+    Accepts transformers' `push_to_hub` keywords (`commit_message`, `commit_description`, `private`, `token`,
+    `revision`, `max_shard_size`, `tags`; `create_pr` is refused) and `recipe`, `results`, `datasets`.
+    """
+    return push_to_hub(self, repo_id, **kwargs)
+
+
+def install_push_hook(cls: type | None = None) -> None:
+    """Makes `drafter.push_to_hub(repo_id)` publish the SlimSpec card (transformers' own writes a generic one)."""
+    cls = cls or modeling_slimspec.SlimSpecDrafterForCausalLM
+    if cls.__dict__.get("push_to_hub") is not drafter_push_to_hub:
+        cls.push_to_hub = drafter_push_to_hub
+
+
+def load_drafter(
+    name_or_path: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    trust_remote_code: bool = False,
+    **kwargs,
+):
+    """Loads a SlimSpec drafter by Hub repo id or local path, after checking that it is one.
+
+    Raises `ValueError` naming the repo when its config is not a SlimSpec drafter or when `revision` does not exist,
+    instead of loading an unrelated model. Keywords go to `AutoModelForCausalLM.from_pretrained`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    local = Path(name_or_path)
+    if local.is_dir():
+        read_drafter_config(local)
+    else:
+        try:
+            config_path = hf_hub_download(str(name_or_path), "config.json", revision=revision, token=token)
+        except RevisionNotFoundError as err:
+            raise ValueError(
+                f"`revision` {revision!r} does not exist in {name_or_path!r}: pass a branch, tag or commit sha of "
+                "that repo (its model card pins one)."
+            ) from err
+        except RepositoryNotFoundError as err:
+            raise ValueError(
+                f"{name_or_path!r} is neither a local folder nor a Hub repo this token can read."
+            ) from err
+        except EntryNotFoundError as err:
+            raise ValueError(f"{name_or_path!r} has no config.json at revision {revision or 'main'!r}.") from err
+        config, _ = read_drafter_config(config_path)
+        del config
+    return AutoModelForCausalLM.from_pretrained(
+        str(name_or_path), revision=revision, token=token, trust_remote_code=trust_remote_code, **kwargs
+    )
+
+
+__all__ = [
+    "push_to_hub",
+    "drafter_push_to_hub",
+    "install_push_hook",
+    "load_drafter",
+]

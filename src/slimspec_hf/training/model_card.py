@@ -1,0 +1,473 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""The model card of a SlimSpec drafter.
+
+- [`render_model_card`] fills the template shipped in `slimspec_hf/training/model_cards/drafter_card.md` (front
+  matter with `base_model`, tags, datasets and measured results as `model-index`; quick start, the
+  `trust_remote_code=True` variant with a pinned revision, head details, recipe, results, limitations, citations).
+  The recipe table lists the [`SlimSpecConfig`] fields marked `card` in their metadata.
+- [`write_model_card`] writes it as the folder's `README.md` (atomically) and records its inputs in
+  `slimspec_card.json`, so that later calls (the trainer's `create_model_card`, the benchmark adding results,
+  `slimspec push` adding the repo id and the pinned revision) re-render it without losing what came before.
+"""
+
+import dataclasses
+import importlib.resources
+import json
+import math
+import os
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from ..configuration_slimspec import SlimSpecDrafterConfig
+from ..utils import atomic_write
+from .config import card_fields
+
+
+MODEL_TYPE = SlimSpecDrafterConfig.model_type
+HEAD_TAGS = {"low_rank": ("low-rank-head",), "trimmed": ("vocabulary-trimming",)}
+BASE_TAGS = ("speculative-decoding", "eagle3", "slimspec")
+CARD_INPUTS_FILE = "slimspec_card.json"
+TEMPLATE_NAME = "drafter_card.md"
+# results key -> (metric name in the card, digits)
+METRICS = {
+    "acceptance_length": ("Acceptance length τ", 2),
+    "rho_tau": ("ρτ (τ relative to the full head)", 3),
+    "speedup": ("Speed-up over the target alone", 2),
+    "tokens_per_second": ("Tokens per second", 1),
+    "nu": ("ν (head time / full-head time)", 3),
+    "kappa": ("κ (full-head time / rest of the drafter step)", 3),
+}
+RESULT_FIELDS = ("dataset", "dataset_type", "dataset_config", "dataset_split", "task")
+# Keys never copied from a recipe into a public card: local paths and credentials.
+RECIPE_PRIVATE = re.compile(r"(token|secret|password|_dir$|^output_dir$|^logging_dir$|^resume_from_checkpoint$)")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+PINNED = re.compile(r'revision="([0-9a-f]{40})"')
+PLACEHOLDER_TARGET = "<target-model-id>"
+PLACEHOLDER_REPO = "<your-org>/<drafter-name>"
+PLACEHOLDER_REVISION = "<commit-sha>"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Inputs
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def template_text() -> str:
+    """The drafter card template, read from the installed package (works from a wheel or a zip)."""
+    return (
+        importlib.resources.files("slimspec_hf")
+        .joinpath("training", "model_cards", TEMPLATE_NAME)
+        .read_text(encoding="utf-8")
+    )
+
+
+def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
+    """(config dict, folder name or None) of a SlimSpec drafter given as a folder, a config or a model."""
+    name = None
+    if hasattr(model_dir_or_config, "config") and hasattr(model_dir_or_config.config, "to_dict"):
+        model_dir_or_config = model_dir_or_config.config  # a model
+    if hasattr(model_dir_or_config, "to_dict"):
+        config = model_dir_or_config.to_dict()
+    elif isinstance(model_dir_or_config, Mapping):
+        config = dict(model_dir_or_config)
+    elif isinstance(model_dir_or_config, (str, os.PathLike)):
+        folder = Path(model_dir_or_config)
+        path = folder / "config.json" if folder.is_dir() else folder
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"`model_dir` ({model_dir_or_config}) has no config.json: pass a folder written by "
+                "`drafter.save_pretrained(...)` (or the trainer), or the drafter's config."
+            )
+        config = json.loads(path.read_text(encoding="utf-8"))
+        name = (folder if folder.is_dir() else folder.parent).resolve().name
+    else:
+        raise TypeError(
+            f"`model_dir_or_config` must be a folder, a SlimSpecDrafterConfig, a config dict or a drafter, got "
+            f"{type(model_dir_or_config).__name__}."
+        )
+    model_type = config.get("model_type")
+    if model_type != MODEL_TYPE:
+        raise ValueError(
+            f"{model_dir_or_config if name else 'The config'} is not a SlimSpec drafter: its model_type is "
+            f"{model_type!r}, expected {MODEL_TYPE!r}. Model cards and pushes here are for drafters saved by "
+            "`SlimSpecDrafterForCausalLM.save_pretrained` (convert EAGLE-3 checkpoints with `slimspec convert`)."
+        )
+    return config, name
+
+
+def _hub_id(name: str | None) -> str | None:
+    """`name` if it reads as a Hub repo id (`org/name`) rather than a local path, else None."""
+    if not name or not HUB_ID.match(str(name)) or Path(str(name)).exists():
+        return None
+    return str(name)
+
+
+def _plain(value: Any) -> Any:
+    """A YAML/JSON-safe copy of a recipe value."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, (str, int)):  # enums
+        return value.value
+    return str(value)
+
+
+def _recipe_dict(recipe: Any) -> dict | None:
+    """A recipe as a dict: a mapping, a YAML/JSON file, or a (Training)arguments dataclass (non-default fields)."""
+    if recipe is None:
+        return None
+    if isinstance(recipe, (str, os.PathLike)):
+        path = Path(recipe)
+        if not path.is_file():
+            raise FileNotFoundError(f"`recipe` ({recipe}) is not a file; pass a YAML recipe, a dict or the config.")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(loaded, Mapping):
+            raise ValueError(f"`recipe` ({recipe}) must hold a YAML mapping, got {type(loaded).__name__}.")
+        recipe = loaded
+    elif dataclasses.is_dataclass(recipe) and not isinstance(recipe, type):
+        recipe = _changed_fields(recipe)
+    elif not isinstance(recipe, Mapping):
+        raise TypeError(
+            f"`recipe` must be a dict, a path to a YAML recipe or a config dataclass, got {type(recipe).__name__}."
+        )
+    return {str(k): _plain(v) for k, v in recipe.items() if not RECIPE_PRIVATE.search(str(k))}
+
+
+def _changed_fields(args: Any) -> dict:
+    """The init fields of a dataclass instance that differ from a default instance of its class.
+
+    The baseline is built by the class itself (from the required fields only) so that what its post-init normalises
+    (TrainingArguments turns `report_to=None` into `[]`, fills `accelerator_config`, ...) does not count as a change;
+    if that fails, the declared field defaults are the baseline.
+    """
+    fields = [f for f in dataclasses.fields(args) if f.init]
+    required = {
+        f.name: getattr(args, f.name)
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            baseline = type(args)(**required)
+        defaults = {f.name: getattr(baseline, f.name) for f in fields}
+    except Exception:  # noqa: BLE001 - any failure falls back to the declared defaults
+        defaults = {
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in fields
+            if f.name not in required
+        }
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields
+        if f.name in required or _plain(getattr(args, f.name)) != _plain(defaults.get(f.name))
+    }
+
+
+def read_results(results: Any) -> list[dict] | None:
+    """Results as a list of dicts: one mapping, a list of them, or a JSON file holding either — or the
+    `results.json` of `slimspec bench` (`PATH#NAME` picks drafter NAME; the name may be left out when the
+    benchmark had a single drafter)."""
+    if results is None:
+        return None
+    if isinstance(results, (str, os.PathLike)):
+        path, _, name = str(results).partition("#")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"`results` ({results}) is not a file; pass a JSON file or a dict of metrics.")
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(results, Mapping) and isinstance(results.get("model_index"), Mapping):
+            index = results["model_index"]
+            if not name and len(index) == 1:
+                name = next(iter(index))
+            if name not in index:
+                raise ValueError(
+                    f"`results` {path} is a `slimspec bench` report with drafters {sorted(index)}; got "
+                    f"{name or 'no name'}. Pass `{path}#<drafter name>`."
+                )
+            results = index[name]
+    entries = [results] if isinstance(results, Mapping) else results
+    if not isinstance(entries, Sequence) or not all(isinstance(e, Mapping) for e in entries):
+        raise TypeError(f"`results` must be a dict of metrics or a list of them, got {type(results).__name__}.")
+    cleaned = []
+    for entry in entries:
+        entry = dict(entry)
+        found = [key for key in METRICS if entry.get(key) is not None]
+        if not found:
+            raise ValueError(
+                f"`results` entry {entry} holds none of the known metrics {list(METRICS)}; give at least one, "
+                'e.g. {"acceptance_length": 3.1, "speedup": 2.0, "dataset": "Spec-Bench"}.'
+            )
+        for key in found:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"`results[{key!r}]` must be a finite number, got {value!r}.")
+        if not entry.get("dataset"):
+            raise ValueError(
+                f"`results` entry {entry} has no `dataset`: name the benchmark the metrics were measured on "
+                '(e.g. "dataset": "Spec-Bench").'
+            )
+        cleaned.append(_plain(entry))
+    return cleaned
+
+
+def load_card_inputs(folder: Path) -> dict:
+    path = folder / CARD_INPUTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        warnings.warn(
+            f"Ignoring {path}: not valid JSON ({err}); the card is rendered from the arguments only.", stacklevel=3
+        )
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rendering
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _head_facts(config: dict) -> dict:
+    head_type = config.get("head_type", "low_rank")
+    d, vocab = int(config["hidden_size"]), int(config["vocab_size"])
+    rank, kept = config.get("head_rank"), config.get("draft_vocab_size")
+    if head_type == "low_rank":
+        params = int(rank) * (d + vocab)
+        summary = f"low-rank, `z = W_up · W_down · h` with rank r = {rank} (W_down r×d, W_up V×r)"
+        details = (
+            "The head factorises the V×d projection through an r-dimensional bottleneck, so it costs r·(d + V) "
+            "multiply-adds per token instead of d·V while every token of the vocabulary stays reachable."
+        )
+    elif head_type == "full":
+        params = d * vocab
+        summary = "a dense V×d projection (the full-head baseline)"
+        details = "The usual dense head, trained with the drafter: the baseline SlimSpec heads are compared to."
+    elif head_type == "trimmed":
+        params = d * int(kept)
+        summary = f"a dense head over the K = {kept} most frequent tokens (the VocabTrim baseline)"
+        details = "Tokens outside the K kept ones get logit -inf and are never drafted."
+    else:
+        params = 0
+        summary = "the target's own frozen LM head, borrowed at run time (not stored here)"
+        details = "The head is the target's: the checkpoint holds the backbone only."
+    return {
+        "head_type": head_type,
+        "head_rank": rank if head_type == "low_rank" else None,
+        "rank_ratio": _fmt(d / int(rank), 1) if head_type == "low_rank" else None,
+        "draft_vocab_size": kept if head_type == "trimmed" else None,
+        "head_params": f"{params:,}",
+        "head_params_fraction": f"{params / (d * vocab):.1%}",
+        "head_summary": summary,
+        "head_details": details,
+    }
+
+
+def _eval_results(results: list[dict], model_name: str) -> list[EvalResult]:
+    evals = []
+    for entry in results:
+        dataset = str(entry["dataset"])
+        dataset_type = str(entry.get("dataset_type") or re.sub(r"[^a-z0-9]+", "-", dataset.lower()).strip("-"))
+        args = {k: entry[k] for k in ("temperature", "max_new_tokens", "num_speculative_tokens") if k in entry}
+        for key, (label, _) in METRICS.items():
+            if entry.get(key) is None:
+                continue
+            evals.append(
+                EvalResult(
+                    task_type="text-generation",
+                    task_name=entry.get("task") or "Speculative decoding",
+                    dataset_type=dataset_type,
+                    dataset_name=dataset,
+                    dataset_config=entry.get("dataset_config"),
+                    dataset_split=entry.get("dataset_split"),
+                    dataset_args=args or None,
+                    metric_type=key,
+                    metric_name=label,
+                    metric_value=entry[key],
+                )
+            )
+    # The Hub groups metrics by (task, dataset type, config, split, revision): two runs of one benchmark that
+    # differ only in, say, temperature would merge; ask for a `dataset_config` that tells them apart.
+    seen: dict[tuple, set] = {}
+    for result in evals:
+        metrics = seen.setdefault(result.unique_identifier, set())
+        if result.metric_type in metrics:
+            raise ValueError(
+                f"`results` holds {result.metric_type!r} twice for dataset {result.dataset_name!r} with the same "
+                "task, config and split; give each entry a distinct `dataset_config` (e.g. 'greedy', 'temperature-1')."
+            )
+        metrics.add(result.metric_type)
+    return evals
+
+
+def render_model_card(
+    model_dir_or_config: Any,
+    *,
+    recipe: Any = None,
+    results: Any = None,
+    datasets: str | Sequence[str] | None = None,
+    revision: str | None = None,
+    repo_id: str | None = None,
+    tags: Sequence[str] | None = None,
+) -> ModelCard:
+    """Renders the model card of a SlimSpec drafter from the template in `slimspec_hf/model_cards/`.
+
+    Args:
+        model_dir_or_config: a drafter folder (reads its `config.json`), a `SlimSpecDrafterConfig`, a config dict or a
+            drafter. Anything whose `model_type` is not `"slimspec_drafter"` is refused.
+        recipe: the training recipe: a dict, a path to its YAML file, or the trainer's config dataclass (then only
+            the fields that differ from their defaults are listed). Paths and credentials are never copied.
+        results: measured results, `{"acceptance_length": 3.1, "rho_tau": 0.99, "speedup": 2.0, "nu": 0.2,
+            "dataset": "Spec-Bench", ...}`, a list of such dicts, or a JSON file; they become `model-index` entries.
+        datasets: Hub ids of the training data, for the front matter.
+        revision: the commit the `trust_remote_code=True` snippet pins (a placeholder when unknown).
+        repo_id: the drafter's repo id for the snippets (a placeholder when unknown).
+        tags: extra tags, added to the SlimSpec ones.
+
+    A config without `target_model_name_or_path` (or with a local path there) renders with a placeholder target and
+    no `base_model`, with a warning.
+    """
+    config, folder_name = read_drafter_config(model_dir_or_config)
+    recipe_dict = _recipe_dict(recipe)
+    results_list = read_results(results)
+    datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
+
+    recorded = config.get("target_model_name_or_path")
+    target = _hub_id(recorded)
+    if target is None:
+        reason = "records no target" if not recorded else f"records the target as {recorded!r}, not a Hub repo id"
+        warnings.warn(
+            f"The drafter config {reason} (`target_model_name_or_path`), so the model card has no `base_model` and "
+            f"its snippets use the placeholder {PLACEHOLDER_TARGET!r}. Set `config.target_model_name_or_path` to the "
+            "target's Hub id (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') before saving.",
+            UserWarning,
+            stacklevel=2,
+        )
+    model_name = (repo_id or folder_name or "slimspec-drafter").split("/")[-1]
+    head = _head_facts(config)
+    head_type = head["head_type"]
+    card_tags = list(BASE_TAGS) + list(HEAD_TAGS.get(head_type, ())) + [t for t in tags or () if t]
+
+    nu_values = [e["nu"] for e in results_list or () if e.get("nu") is not None]
+    if nu_values:
+        nu = ", ".join(_fmt(v, 3) for v in nu_values) + " (measured)"
+    elif head_type == "full":
+        nu = "1 (by definition)"
+    else:
+        nu = "not measured (`slimspec bench-head` measures it)"
+
+    card_data = ModelCardData(
+        base_model=target,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=card_tags,
+        datasets=datasets or None,
+        model_name=model_name if results_list else None,
+        eval_results=_eval_results(results_list, model_name) if results_list else None,
+    )
+
+    recipe_rows = []
+    if recipe_dict:
+        # settings that did not take effect: the head init of a warm start; the epochs under a step budget, else
+        # the unset (≤ 0) step budget
+        unused = {"head_init"} if recipe_dict.get("drafter_model") is not None else set()
+        unused.add("num_train_epochs" if (recipe_dict.get("max_steps") or 0) > 0 else "max_steps")
+        highlighted = [k for k in card_fields() if recipe_dict.get(k) is not None and k not in unused]
+        recipe_rows = [(k, _fmt(recipe_dict[k], 6)) for k in highlighted]
+        if not recipe_rows:
+            recipe_rows = [(k, _fmt(v, 6)) for k, v in list(recipe_dict.items())[:12] if not isinstance(v, dict)]
+    result_rows = []
+    for entry in results_list or ():
+        context = ", ".join(
+            f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+            for k, v in entry.items()
+            if k not in METRICS and k not in RESULT_FIELDS and isinstance(v, (int, float, str)) and v != ""
+        )
+        metrics = [
+            (label, _fmt(entry[k], digits)) for k, (label, digits) in METRICS.items() if entry.get(k) is not None
+        ]
+        result_rows.append({"dataset": entry["dataset"], "context": context, "metrics": metrics})
+
+    card = ModelCard.from_template(
+        card_data,
+        template_str=template_text(),
+        model_id=model_name,
+        repo_id=repo_id or PLACEHOLDER_REPO,
+        target=target or PLACEHOLDER_TARGET,
+        target_known=target is not None,
+        revision=revision or PLACEHOLDER_REVISION,
+        revision_known=revision is not None,
+        target_layer_ids=config.get("target_layer_ids"),
+        target_hidden_size=config.get("target_hidden_size") or config.get("hidden_size"),
+        target_num_hidden_layers=config.get("target_num_hidden_layers"),
+        num_speculative_tokens=config.get("num_speculative_tokens"),
+        hidden_size=config.get("hidden_size"),
+        vocab_size=config.get("vocab_size"),
+        nu=nu,
+        recipe_rows=recipe_rows,
+        recipe_yaml=yaml.safe_dump(recipe_dict, sort_keys=False, allow_unicode=True).strip() if recipe_dict else "",
+        results=result_rows,
+        datasets=datasets,
+        **head,
+    )
+    # The template's optional sections leave runs of blank lines behind; markdown needs at most one.
+    return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
+
+
+def write_model_card(
+    model_dir: str | os.PathLike,
+    *,
+    recipe: Any = None,
+    results: Any = None,
+    datasets: str | Sequence[str] | None = None,
+    repo_id: str | None = None,
+    revision: str | None = None,
+) -> Path:
+    """Writes the drafter's card as `model_dir/README.md` (atomically) and returns its path.
+
+    The inputs are recorded in `model_dir/slimspec_card.json`; an argument left as None keeps what an earlier call
+    recorded, so the trainer's recipe survives the benchmark adding results, and `slimspec push` re-renders both.
+    """
+    folder = Path(model_dir)
+    read_drafter_config(folder)  # fail before writing anything if this is not a drafter folder
+    stored = load_card_inputs(folder)
+    inputs = {
+        "recipe": _recipe_dict(recipe) if recipe is not None else stored.get("recipe"),
+        "results": read_results(results) if results is not None else stored.get("results"),
+        "datasets": ([datasets] if isinstance(datasets, str) else list(datasets))
+        if datasets is not None
+        else stored.get("datasets"),
+    }
+    card = render_model_card(folder, repo_id=repo_id, revision=revision, **inputs)
+    atomic_write(folder / CARD_INPUTS_FILE, (json.dumps(inputs, indent=2, ensure_ascii=False) + "\n").encode())
+    path = folder / "README.md"
+    atomic_write(path, str(card).encode("utf-8"))
+    return path
+
+
+__all__ = [
+    "CARD_INPUTS_FILE",
+    "TEMPLATE_NAME",
+    "load_card_inputs",
+    "read_drafter_config",
+    "read_results",
+    "render_model_card",
+    "template_text",
+    "write_model_card",
+]

@@ -1,0 +1,51 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Small helpers shared by every layer: the one atomic writer.
+
+A reader (another process, a resumed run, a crash) must see a file either whole or not at all: everything the
+package writes goes to a temporary file in the same folder (so the rename stays on one filesystem) and is then
+moved over the destination with `os.replace`, which is atomic on POSIX and Windows.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yields a temporary path beside `path`; when the block succeeds it replaces `path`, else it is removed.
+
+    For writers that take a file name (`safetensors.save_file`, `fig.savefig`): `suffix` (default: `path`'s own)
+    keeps the extension such writers read the format from. Missing parent folders are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=path.suffix if suffix is None else suffix, dir=path.parent
+    )
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, encoding: str = "utf-8") -> Path:
+    """Writes `data` (text or bytes) to `path` atomically; returns `path` as a `Path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode(encoding) if isinstance(data, str) else data)
+    return Path(path)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, **dumps_kwargs) -> Path:
+    """`json.dumps(obj, **dumps_kwargs)` written atomically, ending in a newline (`indent=2` unless given)."""
+    dumps_kwargs.setdefault("indent", 2)
+    return atomic_write(path, json.dumps(obj, **dumps_kwargs) + "\n")
+
+
+__all__ = ["atomic_path", "atomic_write", "atomic_write_json"]

@@ -1,0 +1,213 @@
+"""`slimspec bench`: question loading, aggregation, and an end-to-end run on a tiny target."""
+
+import json
+
+import pytest
+
+from slimspec_hf.commands.bench import main
+from slimspec_hf.evaluation.benchmark import (
+    OVERALL,
+    acceptance_cost_points,
+    aggregate,
+    load_questions,
+    report_category,
+)
+from slimspec_hf.evaluation.cost_model import speedup
+
+from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+
+
+def _questions_file(path):
+    rows = [
+        {"question_id": 81, "category": "writing", "turns": ["Write a poem about the sea.", "Now shorter."]},
+        {"question_id": 82, "category": "coding", "turns": ["Sort a list in Python."]},
+        {"question_id": 161, "category": "translation", "turns": ["Translate: Guten Morgen!"]},
+        {"question_id": 162, "category": "translation", "turns": ["Translate: Bonjour."]},
+        {"question_id": 321, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_load_questions_groups_filters_and_limits(tmp_path):
+    path = _questions_file(tmp_path / "q.jsonl")
+    questions = load_questions(path)
+    assert [q["category"] for q in questions] == ["mt_bench", "mt_bench", "translation", "translation", "qa"]
+    assert questions[0]["prompt"] == "Write a poem about the sea."  # first turn only
+    assert [q["id"] for q in load_questions(path, limit=1)] == [81, 161, 321]
+    assert [q["id"] for q in load_questions(path, categories=["coding", "qa"])] == [82, 321]
+    assert [q["id"] for q in load_questions(path, categories=["mt_bench"])] == [81, 82]
+    with pytest.raises(ValueError, match="unknown \\['poetry'\\]"):
+        load_questions(path, categories=["poetry"])
+    with pytest.raises(FileNotFoundError, match="--data"):
+        load_questions(tmp_path / "missing.jsonl")
+    assert report_category("math") == "mt_bench" and report_category("math_reasoning") == "math_reasoning"
+
+
+def test_spec_bench_file_has_six_reported_categories(shared_data):
+    questions = load_questions(shared_data / "eval/spec_bench/question.jsonl")
+    assert len(questions) == 480
+    assert {q["category"] for q in questions} == {
+        "mt_bench",
+        "translation",
+        "summarization",
+        "qa",
+        "math_reasoning",
+        "rag",
+    }
+
+
+def _record(system, qid, category, tokens, seconds, repeat=0, stats=None, temperature=0.0):
+    return {
+        "question_id": qid,
+        "category": category,
+        "system": system,
+        "temperature": temperature,
+        "repeat": repeat,
+        "new_tokens": tokens,
+        "time_s": seconds,
+        "stats": stats,
+    }
+
+
+def test_aggregate_medians_speedup_and_pooled_tau():
+    records = [
+        # target: q1 runs at 10, 20 (median pick: lower median = 10 tok/s → 10 tokens in 1 s), q2: 20 tokens in 1 s
+        _record("target", 1, "a", 10, 1.0, 0),
+        _record("target", 1, "a", 10, 0.5, 1),
+        _record("target", 2, "b", 20, 1.0, 0),
+        _record("target", 2, "b", 20, 1.0, 1),
+        # drafter: twice as fast everywhere; τ pooled over all its rounds: (6 + 4) accepted over (2 + 2) rounds
+        _record("d", 1, "a", 10, 0.5, 0, {"accepted_tokens": 3, "rounds": 1}),
+        _record("d", 1, "a", 10, 0.25, 1, {"accepted_tokens": 3, "rounds": 1}),
+        _record("d", 2, "b", 20, 0.5, 0, {"accepted_tokens": 2, "rounds": 1}),
+        _record("d", 2, "b", 20, 0.5, 1, {"accepted_tokens": 2, "rounds": 1}),
+        _record("full", 1, "a", 10, 0.5, 0, {"accepted_tokens": 4, "rounds": 1}),
+        _record("full", 1, "a", 10, 0.5, 1, {"accepted_tokens": 4, "rounds": 1}),
+        _record("full", 2, "b", 20, 1.0, 0, {"accepted_tokens": 4, "rounds": 1}),
+        _record("full", 2, "b", 20, 1.0, 1, {"accepted_tokens": 4, "rounds": 1}),
+    ]
+    rows = aggregate(records, ["target", "d", "full"], (0.0,), reference="full")
+    get = {(r["system"], r["category"]): r for r in rows}
+    assert get["target", "a"]["tokens_per_s"] == pytest.approx(10.0)
+    assert get["target", OVERALL]["tokens_per_s"] == pytest.approx(30 / 2.0)
+    assert get["d", OVERALL]["tokens_per_s"] == pytest.approx(30 / 1.0)
+    assert get["d", OVERALL]["speedup"] == pytest.approx(2.0)
+    assert get["target", OVERALL]["speedup"] == pytest.approx(1.0)
+    assert get["d", OVERALL]["tau"] == pytest.approx((10 + 4) / 4)
+    assert get["d", "a"]["tau"] == pytest.approx(4.0)
+    assert get["full", OVERALL]["tau"] == pytest.approx(5.0)
+    assert get["d", OVERALL]["rho_tau"] == pytest.approx(3.5 / 5.0)
+    assert get["target", OVERALL]["tau"] is None and "rho_tau" not in get["target", OVERALL]
+
+
+def test_bench_end_to_end_on_tiny_target(tmp_path):
+    target = make_tiny_target(eos_token_id=1)
+    tokenizer = make_char_tokenizer()
+    target_dir, low_dir, full_dir, out = (tmp_path / n for n in ("target", "low", "full", "out"))
+    target.save_pretrained(target_dir)
+    tokenizer.save_pretrained(target_dir)
+    make_tiny_drafter(target, num_speculative_tokens=3).save_pretrained(low_dir)
+    make_tiny_drafter(target, seed=2, head_type="full", num_speculative_tokens=3).save_pretrained(full_dir)
+    questions = _questions_file(tmp_path / "q.jsonl")
+
+    rc = main(
+        [
+            "--target",
+            str(target_dir),
+            "--drafter",
+            str(low_dir),
+            "--drafter",
+            str(full_dir),
+            "--prompt-lookup",
+            "3",
+            "--data",
+            str(questions),
+            "--categories",
+            "qa",
+            "translation",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--output-dir",
+            str(out),
+            "--timing-repeats",
+            "2",
+            "--context-length",
+            "16",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    for name in ("results.json", "results.md", "speedup.png", "acceptance_length.png", "acceptance_cost.png"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["systems"] == ["target", "low", "full", "prompt_lookup"]
+    assert report["config"]["reference"] == "full"  # the full-head drafter is found automatically
+    # 2 questions (one per category) × 4 systems × 2 temperatures × 1 repeat
+    assert len(report["records"]) == 2 * 4 * 2
+    overall = {(r["system"], r["temperature"]): r for r in report["results"] if r["category"] == OVERALL}
+    for temperature in (0.0, 1.0):
+        assert overall["target", temperature]["speedup"] == pytest.approx(1.0)
+        for name in ("low", "full"):
+            row = overall[name, temperature]
+            assert 1.0 <= row["tau"] <= 4.0  # k = 3 drafts + the target's own token per round
+            assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+        assert overall["full", temperature]["rho_tau"] == pytest.approx(1.0)
+        assert overall["prompt_lookup", temperature]["tau"] is None
+    for name in ("low", "full"):
+        cost = report["head_costs"][name]
+        assert cost["t_head"] > 0 and cost["t_head_full"] > 0 and cost["t_backbone"] > 0 and cost["t_verify"] > 0
+        assert cost["kappa"] == pytest.approx(3 * cost["t_head_full"] / (cost["t_verify"] + 3 * cost["t_backbone"]))
+        entries = report["model_index"][name]
+        assert [e["temperature"] for e in entries] == [0.0, 1.0]
+        assert entries[0]["dataset"] == "Spec-Bench"
+        assert entries[0]["acceptance_length"] == pytest.approx(overall[name, 0.0]["tau"])
+        assert {"rho_tau", "speedup", "nu", "kappa"} <= set(entries[0])
+    # ν and κ of the prediction both refer to the reference's own head, so ν·κ is the low-rank head's share
+    full, low = report["head_costs"]["full"], report["head_costs"]["low"]
+    kappa_ref = 3 * full["t_head"] / full["t_non_head"]
+    for temperature in (0.0, 1.0):
+        row = overall["low", temperature]
+        assert row["nu"] == pytest.approx(low["t_head"] / full["t_head"])
+        assert row["kappa"] == pytest.approx(kappa_ref)
+        assert row["predicted_speedup_vs_reference"] == pytest.approx(speedup(row["rho_tau"], row["nu"], kappa_ref))
+    points, plot_kappa = acceptance_cost_points(report)  # the figure's iso-lines use the predictions' κ
+    assert plot_kappa == pytest.approx(kappa_ref) and {p["name"] for p in points} == {"low", "full"}
+    markdown = (out / "results.md").read_text()
+    assert "| **overall** |" in markdown and "Drafter-step breakdown" in markdown
+    assert "| full | full |" in markdown and "| low | low_rank r=" in markdown  # no rank shown for a dense head
+
+
+def test_greedy_records_same_tokens_for_every_system(tmp_path):
+    """Greedy speculative decoding is lossless: every system (confidence-stopped drafting too) generates the same
+    number of tokens per question."""
+    from slimspec_hf.evaluation.benchmark import run_benchmark
+
+    target = make_tiny_target(eos_token_id=1)
+    drafter = make_tiny_drafter(target, num_speculative_tokens=2)
+    questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa"])
+    report = run_benchmark(
+        target,
+        make_char_tokenizer(),
+        {"low": drafter},
+        questions,
+        temperatures=(0.0,),
+        max_new_tokens=10,
+        prompt_lookup=2,
+        confidence_thresholds=(0.5,),
+        context_length=8,
+        timing_repeats=1,
+        progress=False,
+    )
+    assert report["config"]["systems"] == ["target", "low", "low@p0.5", "prompt_lookup"]
+    assert report["config"]["confidence_thresholds"] == [0.5]
+    # the variant shares its drafter's head costs and gets its own model-index entry
+    assert set(report["head_costs"]) == {"low"}
+    entry = report["model_index"]["low@p0.5"][0]
+    assert entry["kappa"] == pytest.approx(report["head_costs"]["low"]["kappa"])
+    by_question = {}
+    for r in report["records"]:
+        by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])
+    assert all(len(v) == 1 for v in by_question.values()), by_question

@@ -1,0 +1,131 @@
+"""Prompt loading, resumable regeneration, chat-template loss masks (SmolLM2 template), collation."""
+
+import json
+
+import datasets
+import pytest
+import torch
+
+from slimspec_hf.training.data import (
+    SlimSpecDataCollator,
+    completed_ids,
+    load_prompts,
+    load_training_dataset,
+    prepare_dataset,
+    regenerate,
+    tokenize_conversation,
+)
+
+
+CONVERSATION = [
+    {"role": "user", "content": "What is 2 + 2?"},
+    {"role": "assistant", "content": "2 + 2 = 4."},
+    {"role": "user", "content": "And times 3?"},
+    {"role": "assistant", "content": "That makes 12."},
+]
+
+
+def test_load_prompts_turns_and_messages(tmp_path):
+    path = tmp_path / "p.jsonl"
+    rows = [
+        {"id": "a", "source": "s", "turns": ["hello"]},
+        {
+            "id": "b",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "old answer, dropped"},
+            ],
+        },
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts = load_prompts(path)
+    assert prompts[0]["messages"] == [{"role": "user", "content": "hello"}]
+    assert [m["role"] for m in prompts[1]["messages"]] == ["system", "user"]
+    path.write_text(json.dumps({"id": "c", "text": "no turns"}) + "\n")
+    with pytest.raises(ValueError, match="turns"):
+        load_prompts(path)
+
+
+def test_collator_pads_right_with_masks():
+    batch = SlimSpecDataCollator(pad_token_id=9)(
+        [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}, {"input_ids": [4], "loss_mask": [1]}]
+    )
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 9, 9]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert len(set(batch["feature_key"])) == 2
+
+
+def test_dataset_without_assistant_tokens_is_refused():
+    rows = datasets.Dataset.from_list([{"input_ids": [1, 2, 3], "loss_mask": [0, 0, 0]}])
+    with pytest.raises(ValueError, match="no assistant tokens"):
+        prepare_dataset(rows)
+    with pytest.raises(ValueError, match="loss_mask"):
+        prepare_dataset(datasets.Dataset.from_list([{"input_ids": [1, 2]}]))
+    with pytest.raises(ValueError, match="messages"):
+        prepare_dataset(datasets.Dataset.from_list([{"text": "hi"}]))
+
+
+@pytest.mark.integration
+def test_loss_mask_from_the_smollm2_template(embedded_target):
+    _, tokenizer = embedded_target
+    assert "{% generation %}" not in tokenizer.chat_template  # so the mask comes from prefix rendering
+    row = tokenize_conversation(tokenizer, CONVERSATION)
+    ids, mask = row["input_ids"], row["loss_mask"]
+    assert (
+        ids
+        == tokenizer(tokenizer.apply_chat_template(CONVERSATION, tokenize=False), add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
+    # the masked tokens are exactly the two answers, each with the template's end-of-turn
+    spans, current = [], []
+    for token, m in zip(ids, mask):
+        if m:
+            current.append(token)
+        elif current:
+            spans.append(tokenizer.decode(current))
+            current = []
+    if current:
+        spans.append(tokenizer.decode(current))
+    assert spans == ["2 + 2 = 4.<|im_end|>\n", "That makes 12.<|im_end|>\n"]
+    assert tokenize_conversation(tokenizer, CONVERSATION, max_length=10)["loss_mask"] == mask[:10]
+    with pytest.raises(ValueError, match="no assistant tokens"):
+        prepare_dataset(datasets.Dataset.from_list([{"messages": CONVERSATION[:1]}]), tokenizer)
+
+
+@pytest.mark.integration
+def test_regenerate_resumes_and_loses_at_most_a_batch(embedded_target, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tokenizer = embedded_target
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            eos_token_id=2,
+            pad_token_id=2,
+            bos_token_id=1,
+        )
+    ).eval()
+    prompts = [{"id": f"p{i}", "messages": [{"role": "user", "content": f"Say {'hi ' * (i + 1)}"}]} for i in range(5)]
+    stats = regenerate(model, tokenizer, prompts[:3], tmp_path, batch_size=2, max_new_tokens=3, progress=False)
+    assert stats["done"] == 3 and stats["new_tokens"] > 0
+    # a killed run: the last line of a shard is half-written
+    shard = next((tmp_path / "data").glob("shard-*.jsonl"))
+    with open(shard, "a") as f:
+        f.write('{"id": "p3", "messages": [{"ro')
+    assert completed_ids(tmp_path) == {"p0", "p1", "p2"}
+    stats = regenerate(model, tokenizer, prompts, tmp_path, batch_size=2, max_new_tokens=3, progress=False)
+    assert stats["skipped"] == 3 and stats["done"] == 2
+    dataset = load_training_dataset(tmp_path)
+    assert sorted(dataset["id"]) == [f"p{i}" for i in range(5)]
+    for messages in dataset["messages"]:
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+    tokenized = prepare_dataset(dataset, tokenizer, max_length=64)
+    assert all(sum(m) > 0 for m in tokenized["loss_mask"])

@@ -1,0 +1,155 @@
+"""The TTT loss against independent naive implementations on random tensors."""
+
+import pytest
+import torch
+
+from slimspec_hf.training.losses import forward_kl, step_weights, ttt_kl_loss, ttt_targets
+
+
+def naive_loss(student_hidden, teacher_hidden, valid, head_w, teacher_w, weights, compact_ids=None):
+    """Materialises every (S, N, V) logit and uses `torch.nn.functional.kl_div`."""
+    steps = []
+    teacher_probs = torch.softmax(teacher_hidden @ teacher_w.T, dim=-1)  # (N, V)
+    if compact_ids is not None:
+        teacher_probs = teacher_probs[:, compact_ids]
+        teacher_probs = teacher_probs / teacher_probs.sum(-1, keepdim=True)
+    for k in range(student_hidden.shape[0]):
+        student_logp = torch.log_softmax(student_hidden[k] @ head_w.T, dim=-1)
+        kl = torch.nn.functional.kl_div(student_logp, teacher_probs, reduction="none").sum(-1)  # (N,)
+        mask = valid[k].float()
+        steps.append((kl * mask).sum() / mask.sum().clamp(min=1))
+    return sum(w * s for w, s in zip(weights, steps)), torch.stack(steps)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7, 100])
+def test_ttt_kl_loss_matches_naive(chunk_size):
+    g = torch.Generator().manual_seed(0)
+    num_steps, rows, width, vocab = 3, 11, 8, 50
+    hidden = torch.randn(num_steps, rows, width, generator=g, dtype=torch.float64)
+    teacher_hidden = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    teacher_w = torch.randn(vocab, width, generator=g, dtype=torch.float64)
+    head_w = torch.randn(vocab, width, generator=g, dtype=torch.float64)
+    valid = torch.rand(num_steps, rows, generator=g) > 0.3
+    valid[2] = False  # a step without any valid row contributes nothing
+    weights = step_weights(num_steps, 0.8).double()
+
+    h1 = hidden.clone().requires_grad_(True)
+    w1 = head_w.clone().requires_grad_(True)
+    out = ttt_kl_loss(
+        h1,
+        teacher_hidden,
+        valid,
+        lambda h: h @ w1.T,
+        lambda h: h @ teacher_w.T,
+        weights,
+        chunk_size=chunk_size,
+        params=[w1],
+    )
+    out.loss.backward()
+
+    h2 = hidden.clone().requires_grad_(True)
+    w2 = head_w.clone().requires_grad_(True)
+    ref, ref_steps = naive_loss(h2, teacher_hidden, valid, w2, teacher_w, weights)
+    ref.backward()
+
+    torch.testing.assert_close(out.loss.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.step_kl.double(), ref_steps.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h1.grad, h2.grad, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-5, atol=1e-8)
+    assert out.step_count.tolist() == valid.sum(-1).tolist()
+    # top-1 agreement, brute force
+    for k in range(num_steps):
+        agree = ((hidden[k] @ head_w.T).argmax(-1) == (teacher_hidden @ teacher_w.T).argmax(-1)) & valid[k]
+        assert int(out.step_correct[k]) == int(agree.sum())
+
+
+def test_ttt_kl_loss_no_grad_path_agrees():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(2, 9, 4, generator=g)
+    teacher_hidden = torch.randn(9, 4, generator=g)
+    w = torch.randn(30, 4, generator=g)
+    tw = torch.randn(30, 4, generator=g)
+    valid = torch.rand(2, 9, generator=g) > 0.2
+    weights = step_weights(2, 0.5)
+    with torch.no_grad():
+        plain = ttt_kl_loss(hidden, teacher_hidden, valid, lambda h: h @ w.T, lambda h: h @ tw.T, weights, 4)
+    ref, _ = naive_loss(hidden, teacher_hidden, valid, w, tw, weights)
+    torch.testing.assert_close(plain.loss, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_ttt_kl_loss_trimmed_vocabulary():
+    g = torch.Generator().manual_seed(2)
+    num_steps, rows, width, vocab = 2, 10, 6, 40
+    compact_ids = torch.tensor([3, 7, 1, 20, 33, 0])
+    hidden = torch.randn(num_steps, rows, width, generator=g, dtype=torch.float64, requires_grad=True)
+    teacher_hidden = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    teacher_w = torch.randn(vocab, width, generator=g, dtype=torch.float64)
+    head_w = torch.randn(len(compact_ids), width, generator=g, dtype=torch.float64)
+    valid = torch.ones(num_steps, rows, dtype=torch.bool)
+    weights = step_weights(num_steps, 0.8).double()
+    out = ttt_kl_loss(
+        hidden,
+        teacher_hidden,
+        valid,
+        lambda h: h @ head_w.T,
+        lambda h: h @ teacher_w.T,
+        weights,
+        chunk_size=4,
+        compact_ids=compact_ids,
+    )
+    (grad,) = torch.autograd.grad(out.loss, hidden)
+    h2 = hidden.detach().clone().requires_grad_(True)
+    ref, _ = naive_loss(h2, teacher_hidden, valid, head_w, teacher_w, weights, compact_ids=compact_ids)
+    (grad_ref,) = torch.autograd.grad(ref, h2)
+    torch.testing.assert_close(out.loss.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-5, atol=1e-8)
+    teacher_top1 = (teacher_hidden @ teacher_w.T).argmax(-1)
+    student_top1 = compact_ids[(hidden.detach()[0] @ head_w.T).argmax(-1)]
+    assert int(out.step_correct[0]) == int((teacher_top1 == student_top1).sum())
+
+
+def test_forward_kl_is_zero_on_itself_and_positive_otherwise():
+    logits = torch.randn(5, 17)
+    torch.testing.assert_close(forward_kl(logits, logits), torch.zeros(5), atol=1e-6, rtol=0)
+    assert (forward_kl(logits, torch.randn(5, 17)) > 0).all()
+
+
+def test_ttt_targets_brute_force():
+    g = torch.Generator().manual_seed(3)
+    batch, seq_len, num_steps = 3, 12, 4
+    attention = torch.ones(batch, seq_len, dtype=torch.long)
+    attention[1, :3] = 0  # left padding
+    attention[2, 9:] = 0  # right padding
+    loss_mask = (torch.rand(batch, seq_len, generator=g) > 0.3).long() * attention
+    batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention, loss_mask, num_steps)
+    found = {(k, int(b), int(s)) for k in range(num_steps) for b, s, ok in zip(batch_idx, teacher_pos, valid[k]) if ok}
+    expected = set()
+    for b in range(batch):
+        for k in range(num_steps):
+            for t in range(seq_len):
+                s = t + k + 1  # teacher position; it predicts x_{s+1} = x_{t+k+2}
+                if s + 1 < seq_len and attention[b, t] and attention[b, s + 1] and loss_mask[b, s + 1]:
+                    expected.add((k, b, s))
+    assert found == expected
+    for k in range(num_steps):
+        ok = valid[k]
+        assert torch.equal(student_pos[k][ok], teacher_pos[ok] - k - 1)
+
+
+def test_bad_arguments_name_the_parameter(tmp_path):
+    from slimspec_hf.training.config import SlimSpecConfig
+
+    with pytest.raises(ValueError, match="step_loss_decay"):  # validated once, where the setting is defined
+        SlimSpecConfig(output_dir=str(tmp_path), step_loss_decay=1.5)
+    with pytest.raises(ValueError, match="ttt_steps"):
+        SlimSpecConfig(output_dir=str(tmp_path), ttt_steps=0)
+    with pytest.raises(ValueError, match="kl_chunk_size"):
+        ttt_kl_loss(
+            torch.zeros(1, 2, 3),
+            torch.zeros(2, 3),
+            torch.ones(1, 2, dtype=torch.bool),
+            lambda h: h,
+            lambda h: h,
+            torch.ones(1),
+            chunk_size=0,
+        )

@@ -1,0 +1,461 @@
+"""SlimSpecTrainer: TTT semantics, training on a tiny target, PEFT, offline features, resume, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from slimspec_hf import SlimSpecDrafterConfig, low_rank_factors
+from slimspec_hf.training.config import SlimSpecConfig
+from slimspec_hf.training.head_init import activation_aware_factors
+from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel
+
+from ..conftest import make_tiny_drafter, make_tiny_target
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # The CPU is shared: OpenMP threads spin-waiting under oversubscription make tiny ops 30× slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def peaked_target(seed=0):
+    """A tiny random target whose next-token distributions are peaked (a random tiny model's are near uniform)."""
+    target = make_tiny_target(seed)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(12.0)
+    return target
+
+
+def tiny_rows(num=24, seed=0, vocab=128):
+    import datasets
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(num):
+        n = int(torch.randint(14, 30, (1,), generator=g))
+        ids = torch.randint(0, vocab, (n,), generator=g).tolist()
+        rows.append({"input_ids": ids, "loss_mask": [0] * 4 + [1] * (n - 4)})
+    return datasets.Dataset.from_list(rows)
+
+
+def tiny_args(tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        max_steps=30,
+        per_device_train_batch_size=4,
+        learning_rate=5e-3,
+        lr_scheduler_type="constant",
+        logging_steps=10,
+        report_to="none",
+        save_strategy="no",
+        ttt_steps=3,
+        target_layer_ids=[1, 3, 5],
+        use_cpu=True,
+        kl_chunk_size=16,
+        feature_cache_dir=str(tmp_path / "cache"),
+        max_grad_norm=1.0,
+        disable_tqdm=True,
+        seed=0,
+    )
+    values.update(overrides)
+    return SlimSpecConfig(**values)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TTT semantics: the unroll equals step-by-step drafting at inference (brute force over every position and step)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_ttt_unroll_matches_inference_drafting():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target).double()
+    target.double()
+    steps, seq_len = 3, 9
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 128, (1, seq_len), generator=g)
+    features = torch.randn(1, seq_len, 3 * 32, generator=g, dtype=torch.float64)
+    embeds = drafter.embed(ids)
+    positions = torch.arange(seq_len)[None]
+    context, states, hidden = [], [], features
+    with torch.no_grad():
+        for k in range(steps):
+            shifted = torch.zeros_like(embeds)
+            shifted[:, : seq_len - k - 1] = embeds[:, k + 1 :]
+            hidden = drafter.ttt_step(shifted, hidden, positions, k, context)
+            states.append(hidden)
+        for t in range(seq_len - steps):
+            # brute force: the drafter's own cached forward, exactly as at inference
+            from slimspec_hf import SlimSpecDrafterCache
+
+            cache = SlimSpecDrafterCache()
+            out = drafter(
+                input_ids=ids[:, 1 : t + 2],
+                hidden_states=features[:, : t + 1],
+                position_ids=positions[:, : t + 1],
+                cache=cache,
+                use_cache=True,
+            )
+            state = out.hidden_states[:, -1:]
+            torch.testing.assert_close(state[0, 0], states[0][0, t])
+            for k in range(1, steps):
+                out = drafter(
+                    input_ids=ids[:, t + k + 1 : t + k + 2],
+                    hidden_states=state,
+                    position_ids=torch.tensor([[t + k]]),
+                    cache=cache,
+                    use_cache=True,
+                )
+                state = out.hidden_states
+                torch.testing.assert_close(state[0, 0], states[k][0, t], msg=f"step {k} position {t}")
+
+
+def test_ttt_padding_keys_are_masked():
+    """Left padding: real positions' states do not depend on what sits in the padded positions."""
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=2))
+    ids = torch.randint(0, 128, (1, 10))
+    mask = torch.ones(1, 10, dtype=torch.long)
+    mask[:, :3] = 0
+    final = torch.randn(1, 10, 32)
+    results = []
+    for seed in (0, 1):
+        features = torch.randn(1, 10, 96, generator=torch.Generator().manual_seed(seed))
+        features[:, 3:] = torch.randn(1, 7, 96, generator=torch.Generator().manual_seed(5))
+        with torch.no_grad():
+            results.append(model(ids, mask, mask, features, final).loss)
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_ttt_left_padding_gives_finite_gradients():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target).train()
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=3))
+    ids = torch.randint(0, 128, (1, 10))
+    mask = torch.ones(1, 10, dtype=torch.long)
+    mask[:, :3] = 0
+    model(ids, mask, mask, torch.randn(1, 10, 96), torch.randn(1, 10, 32)).loss.backward()
+    bad = [n for n, p in drafter.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    assert not bad, bad
+
+
+def test_rows_shorter_than_the_unroll_train():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=6))
+    ids = torch.randint(0, 128, (2, 5))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    out = model(ids, mask, mask, torch.randn(2, 5, 96), torch.randn(2, 5, 32))
+    assert torch.isfinite(out.loss)
+
+
+def test_pretokenised_rows_with_misaligned_loss_mask_are_refused():
+    from datasets import Dataset
+
+    from slimspec_hf.training.data import prepare_dataset
+
+    rows = Dataset.from_list([{"input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 1, 1, 1, 1]}])
+    with pytest.raises(ValueError, match="row 0: `loss_mask` has 7 entries but `input_ids` has 5"):
+        prepare_dataset(rows, None, 16)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_tiny_training_lowers_loss_and_changes_only_the_drafter(tmp_path):
+    target = peaked_target()
+    target_before = {k: v.clone() for k, v in target.state_dict().items()}
+    args = tiny_args(tmp_path, logging_steps=1, max_steps=40, learning_rate=1e-2, head_rank=16, ttt_steps=2)
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows())
+    drafter_before = {k: v.clone() for k, v in trainer.drafter.state_dict().items()}
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "acc_0" in h]
+    mean = lambda rows, key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    first, last = logs[:5], logs[-5:]
+    assert mean(last, "loss") < 0.9 * mean(first, "loss"), (first, last)
+    assert mean(last, "acc_0") > mean(first, "acc_0") + 0.03, (first, last)
+    assert {"acc_0", "acc_1", "kl_0", "kl_1"} <= set(last[-1])
+    changed = [k for k, v in trainer.drafter.state_dict().items() if not torch.equal(v, drafter_before[k])]
+    for name in ("fc.weight", "lm_head.down.weight", "lm_head.up.weight", "norm.weight", "layer.mlp.up_proj.weight"):
+        assert name in changed
+    for k, v in target.state_dict().items():
+        assert torch.equal(v, target_before[k]), k
+    trainer.save_model()
+    saved = os.listdir(tmp_path / "out")
+    assert {"config.json", "model.safetensors", "README.md"} <= set(saved)
+    from safetensors.torch import load_file
+
+    assert not any("embed" in key for key in load_file(tmp_path / "out" / "model.safetensors"))
+
+
+def test_peft_trains_only_adapters_and_head(tmp_path):
+    from peft import LoraConfig
+
+    target = peaked_target()
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=None)
+    trainer = SlimSpecTrainer(
+        args=tiny_args(tmp_path, max_steps=4), target=target, train_dataset=tiny_rows(8), peft_config=config
+    )
+    assert config.target_modules is None and config.modules_to_save is None  # caller's config untouched
+    peft_model = trainer.model.drafter
+    before = {k: v.clone() for k, v in peft_model.state_dict().items()}
+    trainer.train()
+    changed = {k for k, v in peft_model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed, "nothing was trained"
+    assert all("lora_" in k or "lm_head.modules_to_save" in k for k in changed), sorted(changed)
+    assert any("lora_" in k for k in changed) and any("lm_head" in k for k in changed)
+
+
+def test_freeze_backbone_trains_only_the_head(tmp_path):
+    target = peaked_target()
+    trainer = SlimSpecTrainer(
+        args=tiny_args(tmp_path, max_steps=3, freeze_backbone=True), target=target, train_dataset=tiny_rows(8)
+    )
+    drafter = trainer.drafter
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    trainer.train()
+    changed = {k for k, v in drafter.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed and all(k.startswith("lm_head.") for k in changed), sorted(changed)
+
+
+def test_offline_features_are_cached_and_match_online(tmp_path):
+    target = peaked_target()
+    rows = tiny_rows(8)
+    losses = {}
+    for mode in ("online", "offline"):
+        args = tiny_args(tmp_path / mode, features=mode, max_steps=1, learning_rate=0.0, logging_steps=1)
+        trainer = SlimSpecTrainer(args=args, target=target, train_dataset=rows)
+        trainer.train()
+        losses[mode] = trainer.state.log_history[0]["loss"]
+    cached = list((tmp_path / "offline" / "cache").rglob("*.safetensors"))
+    assert len(cached) == 8
+    assert abs(losses["online"] - losses["offline"]) < 0.02 * losses["online"]  # bf16 cache
+
+
+@pytest.mark.parametrize(
+    "head_type,head_init", [("full", "svd"), ("trimmed", "svd"), ("target", "random"), ("low_rank", "activation_svd")]
+)
+def test_other_heads_train(tmp_path, head_type, head_init):
+    target = peaked_target()
+    args = tiny_args(
+        tmp_path, head_type=head_type, head_init=head_init, draft_vocab_size=64, max_steps=2, logging_steps=1
+    )
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(8))
+    if head_type == "full":
+        torch.testing.assert_close(trainer.drafter.lm_head.weight, target.lm_head.weight)
+    if head_type == "trimmed":
+        assert trainer.drafter.lm_head.has_token_set
+    trainer.train()
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
+
+
+def test_activation_svd_beats_plain_svd_on_its_own_data():
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(200, 16, generator=g, dtype=torch.float64)
+    scales = torch.logspace(0, -2, 16, dtype=torch.float64)
+    states = torch.randn(5000, 16, generator=g, dtype=torch.float64) * scales  # anisotropic hidden states
+    moment = states.T @ states / states.shape[0]
+    errors = {}
+    for name, (down, up) in {
+        "svd": low_rank_factors(weight, 4),
+        "activation": activation_aware_factors(weight, moment, 4),
+    }.items():
+        errors[name] = ((states @ (weight - up @ down).T) ** 2).mean()
+    assert errors["activation"] < 0.5 * errors["svd"], errors
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_bad_input_is_refused(tmp_path):
+    import datasets
+
+    target = peaked_target()
+    other = make_tiny_target(vocab_size=96)
+    with pytest.raises(ValueError, match="vocab_size"):
+        SlimSpecTrainer(make_tiny_drafter(other), args=tiny_args(tmp_path), target=target, train_dataset=tiny_rows(4))
+    no_assistant = datasets.Dataset.from_list([{"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 0, 0]}])
+    with pytest.raises(ValueError, match="no assistant tokens"):
+        SlimSpecTrainer(args=tiny_args(tmp_path), target=target, train_dataset=no_assistant)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "config.json").write_text("{}")
+    trainer = SlimSpecTrainer(args=tiny_args(tmp_path), target=target, train_dataset=tiny_rows(4))
+    with pytest.raises(ValueError, match="already holds a run"):
+        trainer.train()
+    with pytest.raises(ValueError, match="gradient_checkpointing"):
+        SlimSpecTrainer(args=tiny_args(tmp_path, gradient_checkpointing=True), target=target)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resume after a kill, and multi-process (subprocesses through the real CLI)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _cli_setup(tmp_path):
+    target_dir = tmp_path / "target"
+    peaked_target().save_pretrained(target_dir)
+    data = tmp_path / "data.jsonl"
+    with open(data, "w") as f:
+        for row in tiny_rows(24):
+            f.write(json.dumps(row) + "\n")
+    return target_dir, data
+
+
+def _cli_args(target_dir, data, out, cache, max_steps=12):
+    return [
+        "--target_model",
+        str(target_dir),
+        "--dataset_path",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(max_steps),
+        "--per_device_train_batch_size",
+        "2",
+        "--save_steps",
+        "3",
+        "--ttt_steps",
+        "3",
+        "--target_layer_ids",
+        "1",
+        "3",
+        "5",
+        "--kl_chunk_size",
+        "8",
+        "--learning_rate",
+        "3e-3",
+        "--use_cpu",
+        "true",
+        "--report_to",
+        "none",
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        "--cpu_threads",
+        "1",
+        "--feature_cache_dir",
+        str(cache),
+        "--seed",
+        "3",
+        "--data_seed",
+        "4",
+    ]
+
+
+def _run(args, env=None, **kwargs):
+    cmd = [sys.executable, "-m", "slimspec_hf.commands.train", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, **kwargs)
+
+
+def test_resume_after_kill_gives_the_same_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    target_dir, data = _cli_setup(tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = _run(_cli_args(target_dir, data, tmp_path / "full", tmp_path / "c"), env=env, timeout=300)
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slimspec_hf.commands.train", *_cli_args(target_dir, data, out, tmp_path / "c")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 240
+    while not (out / "checkpoint-6" / "trainer_state.json").exists() and proc.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert (out / "checkpoint-3").is_dir()
+    import shutil
+
+    # The kill lands wherever the run was; keep it mid-run: drop anything written after checkpoint-3.
+    for later in out.glob("checkpoint-*"):
+        if int(later.name.split("-")[1]) > 3:
+            shutil.rmtree(later)
+    for name in ("model.safetensors", "config.json"):
+        (out / name).unlink(missing_ok=True)
+    resumed = _run(
+        [*_cli_args(target_dir, data, out, tmp_path / "c"), "--resume_from_checkpoint", "true"], env=env, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(tmp_path / "full" / "model.safetensors")
+    b = load_file(out / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.slow
+def test_two_process_training_under_accelerate(tmp_path):
+    target_dir, data = _cli_setup(tmp_path)
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--cpu",
+        "-m",
+        "slimspec_hf.commands.train",
+        *_cli_args(target_dir, data, tmp_path / "ddp", tmp_path / "c", max_steps=4),
+    ]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "ddp" / "model.safetensors").is_file()
+    state = json.loads((tmp_path / "ddp" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert any("acc_0" in h for h in state["log_history"])
+
+
+def test_max_samples_draws_a_seeded_random_subset(tmp_path):
+    target = peaked_target()
+    rows = tiny_rows(24)
+    picked = []
+    for seed in (0, 0, 1):
+        args = tiny_args(tmp_path, max_samples=6, data_seed=seed, max_steps=1)
+        trainer = SlimSpecTrainer(args=args, target=target, train_dataset=rows)
+        picked.append([tuple(r["input_ids"]) for r in trainer.train_dataset])
+    first_six = [tuple(r["input_ids"]) for r in rows.select(range(6))]
+    assert len(picked[0]) == 6 and picked[0] == picked[1]  # deterministic for a seed
+    assert picked[0] != first_six and picked[0] != picked[2]  # random, not the (length-sorted) head of the file
+
+
+def test_training_from_a_half_precision_drafter_uses_fp32_master_weights(tmp_path):
+    target = peaked_target()
+    source = make_tiny_drafter(target, head_rank=16)
+    source.to(torch.bfloat16).save_pretrained(tmp_path / "bf16-drafter")
+    args = tiny_args(tmp_path, max_steps=2, drafter_model=str(tmp_path / "bf16-drafter"))
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(8))
+    assert {p.dtype for p in trainer.drafter.parameters()} == {torch.float32}
+    expected = source.state_dict()["lm_head.up.weight"].float()
+    assert torch.equal(trainer.drafter.state_dict()["lm_head.up.weight"], expected)  # the saved weights, upcast
+    trainer.train()
+
+
+def test_ttt_steps_do_not_set_the_drafters_draft_length(tmp_path):
+    from slimspec_hf.training.head_init import build_drafter
+
+    target = make_tiny_target()
+    default = build_drafter(target, tiny_args(tmp_path, ttt_steps=2)).config.num_speculative_tokens
+    assert default == SlimSpecDrafterConfig.from_target_config(target.config).num_speculative_tokens
+    chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_speculative_tokens=3))
+    assert chosen.config.num_speculative_tokens == 3
