@@ -39,7 +39,7 @@ def main() -> None:
     cache = SlimSpecDrafterCache()
     drafter(
         input_ids=torch.randint(0, cfg.vocab_size, (1, args.context)),
-        hidden_states=torch.randn(1, args.context, 3 * cfg.target_hidden_size),
+        target_features=torch.randn(1, args.context, 3 * cfg.target_hidden_size),
         cache=cache,
         use_cache=True,
     )

@@ -11,7 +11,6 @@ is not, which is why small k pays there.
 """
 
 import argparse
-import copy
 import statistics
 import time
 
@@ -39,34 +38,21 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
 
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers import AutoModelForCausalLM
 
+    from slimspec_hf.evaluation.timing import verification_costs
     from slimspec_hf.targets import load_target
 
     target, _ = load_target(args.target, dtype=torch.float32)
     vocab = target.config.vocab_size
-    generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, args.context), generator=generator)
-    prefill = DynamicCache(config=target.config)
-    target(prefix, cache=prefill, use_cache=True)
+    prefix = torch.randint(0, vocab, (1, args.context), generator=torch.Generator().manual_seed(0))
     layer_ids = None
     drafter = None
     if args.drafter:
         drafter = AutoModelForCausalLM.from_pretrained(args.drafter, dtype=target.dtype).eval().attach_target(target)
         layer_ids = list(drafter.config.target_layer_ids)
-
-    def verify(n: int):
-        cache = copy.deepcopy(prefill)
-        tokens = torch.randint(0, vocab, (1, n), generator=generator)
-        extra = {"output_hidden_states": layer_ids} if layer_ids else {}
-        return lambda: target(tokens, cache=cache, use_cache=True, **extra)
-
     sizes = list(range(1, args.max_k + 2))
-    samples = {n: [] for n in sizes}
-    for _ in range(args.repeats):  # interleaved over repeats so that all sizes share the machine's noise
-        for n in sizes:
-            samples[n].append(_time(verify(n), 1))
-    t = {n: statistics.median(v) for n, v in samples.items()}
+    t = verification_costs(target, sizes, context=args.context, repeats=args.repeats, layer_ids=layer_ids)
 
     t_draft = None
     if drafter is not None:
@@ -76,7 +62,7 @@ def main() -> None:
         cache = SlimSpecDrafterCache()
         drafter(
             input_ids=prefix[:, 1:],
-            hidden_states=torch.randn(1, args.context - 1, 3 * d_t),
+            target_features=torch.randn(1, args.context - 1, 3 * d_t),
             cache=cache,
             use_cache=True,
             logits_to_keep=1,

@@ -9,7 +9,7 @@ Part of the remote-code unit with `configuration_slimspec.py` and `modeling_slim
 """
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -23,15 +23,122 @@ if TYPE_CHECKING:
     from .modeling_slimspec import SlimSpecDrafterForCausalLM
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Decoding settings: the drafter's `generation_config` holds the defaults, a `generate()` keyword overrides them
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    """How a SlimSpec drafter drafts, resolved once per `generate()` call (validated here and nowhere else).
+
+    Each field is a key of the drafter's `generation_config` (saved as `generation_config.json`) and a `generate()`
+    keyword of the same name, which overrides it for that call.
+
+    Args:
+        num_assistant_tokens: tokens the drafter drafts per round (k).
+        assistant_confidence_threshold: stop a round's drafting after the first drafted token the drafter gives
+            less than this probability (0 never stops early). Lossless either way.
+        draft_lookup: hybrid drafting — when the latest tokens also occur earlier in the prompt or the generated text,
+            draft what followed them there (prompt-lookup decoding) instead of the drafter's chain. Lossless either
+            way. The longest match (up to `draft_lookup_max_ngram` tokens, its most recent occurrence) is taken when
+            it spans at least `draft_lookup_min_ngram` tokens, or, shorter, when its first token is also the
+            drafter's next token; otherwise the drafter drafts.
+        draft_lookup_min_ngram / draft_lookup_max_ngram: match lengths trusted without the drafter's agreement /
+            longest suffix searched.
+        draft_lookup_num_tokens: tokens drafted by a lookup round.
+        draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
+        draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
+    """
+
+    num_assistant_tokens: int = 6
+    assistant_confidence_threshold: float = 0.0
+    draft_lookup: bool = False
+    draft_lookup_min_ngram: int = 3
+    draft_lookup_max_ngram: int = 8
+    draft_lookup_num_tokens: int = 10
+    draft_tree_size: int = 0
+    draft_tree_depth: int = 4
+    draft_tree_top_k: int = 4
+
+    def __post_init__(self):
+        def positive(name, value, minimum=1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+        positive("num_assistant_tokens", self.num_assistant_tokens)
+        threshold = self.assistant_confidence_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise ValueError(
+                f"`assistant_confidence_threshold` must be a probability in [0, 1], got {threshold!r} "
+                "(0 never stops a round early)."
+            )
+        if not isinstance(self.draft_lookup, bool):
+            raise ValueError(f"`draft_lookup` must be True or False, got {self.draft_lookup!r}.")
+        positive("draft_lookup_min_ngram", self.draft_lookup_min_ngram)
+        positive("draft_lookup_max_ngram", self.draft_lookup_max_ngram, self.draft_lookup_min_ngram)
+        positive("draft_lookup_num_tokens", self.draft_lookup_num_tokens)
+        positive("draft_tree_size", self.draft_tree_size, 0)
+        positive("draft_tree_depth", self.draft_tree_depth)
+        positive("draft_tree_top_k", self.draft_tree_top_k)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def resolve(cls, drafter_generation_config, overrides: dict | None = None) -> "DraftSettings":
+        """The drafter's defaults (its `generation_config`), overridden by the caller's explicit values."""
+        values = {}
+        for name in cls.names():
+            value = getattr(drafter_generation_config, name, None) if drafter_generation_config is not None else None
+            if value is not None:
+                values[name] = value
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        if isinstance(values.get("assistant_confidence_threshold"), int):
+            values["assistant_confidence_threshold"] = float(values["assistant_confidence_threshold"])
+        return cls(**values)
+
+
+# Settings that are not GenerationConfig fields: `generate()` would reject them as unused model kwargs, so the hook
+# takes them out of the kwargs first.
+CUSTOM_SETTINGS = tuple(name for name in DraftSettings.names() if name.startswith("draft_"))
+
+
+def draft_generation_config(config):
+    """The default `generation_config` of a drafter whose folder has none (checkpoints written before it held the
+    decoding defaults): k and the threshold from the config's `num_speculative_tokens` / `draft_confidence_threshold`.
+    """
+    from transformers import GenerationConfig
+
+    threshold = getattr(config, "draft_confidence_threshold", None)
+    return GenerationConfig(
+        num_assistant_tokens=int(
+            getattr(config, "num_speculative_tokens", None) or DraftSettings.num_assistant_tokens
+        ),
+        assistant_confidence_threshold=float(threshold or 0.0),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Statistics
+# ----------------------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class SlimSpecGenerationStats:
-    """Acceptance statistics of the last `generate()` call (filled in by the candidate generator)."""
+    """Acceptance statistics of the last `generate()` call (filled in by the candidate generator).
+
+    With hybrid drafting (`draft_lookup=True`) the rounds are also counted by source: `"drafter"` or `"lookup"`.
+    """
 
     rounds: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
+    rounds_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def acceptance_length(self) -> float:
@@ -43,6 +150,29 @@ class SlimSpecGenerationStats:
         """Fraction of rounds in which the i-th drafted token was accepted, among rounds that drafted it."""
         return [a / d if d else float("nan") for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
 
+    @property
+    def acceptance_length_by_source(self) -> dict[str, float]:
+        """τ of the rounds drafted by each source."""
+        return {
+            source: (self.accepted_by_source.get(source, 0) + rounds) / rounds
+            for source, rounds in self.rounds_by_source.items()
+            if rounds
+        }
+
+    def record(self, source: str, drafted: int, accepted: int) -> None:
+        """Counts one verified round."""
+        self.rounds += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
+        self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
+        while len(self.drafted_per_position) < drafted:
+            self.drafted_per_position.append(0)
+            self.accepted_per_position.append(0)
+        for i in range(drafted):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += int(i < accepted)
+
     def as_dict(self) -> dict:
         return {
             "rounds": self.rounds,
@@ -50,15 +180,46 @@ class SlimSpecGenerationStats:
             "accepted_tokens": self.accepted_tokens,
             "acceptance_length": self.acceptance_length,
             "per_position_acceptance": self.per_position_acceptance,
+            "rounds_by_source": dict(self.rounds_by_source),
+            "acceptance_length_by_source": self.acceptance_length_by_source,
         }
 
 
-class SlimSpecCandidateGenerator(CandidateGenerator):
-    """Drafts k tokens per round from the target's hidden states of the positions it just accepted.
+# ----------------------------------------------------------------------------------------------------------------
+# Prompt lookup (the n-gram half of hybrid drafting)
+# ----------------------------------------------------------------------------------------------------------------
 
-    Round 1 returns no candidates so that the target prefills the prompt. Each later round appends the newly
-    accepted positions (target features) to the drafter's cache, dropping the positions the drafter computed
-    from its own states in the previous round, then drafts autoregressively, feeding back its own states.
+
+def lookup_continuation(tokens: torch.Tensor, max_ngram: int, num_tokens: int) -> tuple[torch.Tensor, int] | None:
+    """What followed the latest n-gram of `tokens` (1-D) where it occurred before, and n; None without a match.
+
+    Tries n = max_ngram down to 1 and returns, for the first n with a match, up to `num_tokens` tokens that followed
+    its most recent earlier occurrence.
+    """
+    length = tokens.shape[0]
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        windows = tokens[: length - 1].unfold(0, n, 1)  # (length - n, n): every n-gram that has a successor
+        hits = (windows == tokens[length - n :]).all(dim=-1).nonzero()
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return tokens[start : start + num_tokens], n
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The chain candidate generator
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class SlimSpecCandidateGenerator(CandidateGenerator):
+    """Drafts a chain of up to k tokens per round from the target's hidden states of the positions it accepted.
+
+    Round 1 returns no candidates so that the target prefills the prompt. Every later round stores the target
+    features of the newly accepted positions. A drafter round appends all stored positions to the drafter's cache,
+    dropping the positions the drafter computed from its own states in its previous round, then drafts
+    autoregressively, feeding back its own states. With `draft_lookup`, a round whose latest tokens occurred before
+    drafts their earlier continuation instead (no drafter call: the stored features wait for the next drafter round,
+    so the drafter's cache stays exactly what it would have been).
     """
 
     requires_model_outputs = True
@@ -69,36 +230,32 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         target: PreTrainedModel,
         generation_config,
         logits_processor=None,
-        num_speculative_tokens: int | None = None,
-        confidence_threshold: float | None = None,
+        settings: DraftSettings | None = None,
         validate: bool = True,
     ):
+        from .modeling_slimspec import SlimSpecDrafterCache  # lazy: modeling_slimspec imports this module
+
         if validate:  # generate() validated the pairing already (see install_generation_hook)
             validate_pairing(drafter, target)
         self.drafter = drafter.attach_target(target)
+        self.settings = settings if settings is not None else DraftSettings.resolve(drafter.generation_config)
         self.layer_ids = list(drafter.config.target_layer_ids)
         # Ask the target for just the three layers, unless the caller wants all hidden states returned anyway
         # (the indices then still point into the full tuple).
         wants_all = bool(getattr(generation_config, "output_hidden_states", False))
         self.model_kwargs_overrides = {"output_hidden_states": True if wants_all else self.layer_ids}
-        self.num_speculative_tokens = int(num_speculative_tokens or drafter.config.num_speculative_tokens)
-        if confidence_threshold is not None and not 0.0 <= float(confidence_threshold) < 1.0:
-            raise ValueError(
-                f"`assistant_confidence_threshold` must be a probability in [0, 1), got {confidence_threshold!r}."
-            )
-        self.confidence_threshold = None if confidence_threshold is None else float(confidence_threshold)
         self.max_length = generation_config.max_length
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
         eos = getattr(generation_config, "_eos_token_tensor", None)
         self.eos_token_ids = set(eos.flatten().tolist()) if eos is not None else set()
-        from .modeling_slimspec import SlimSpecDrafterCache  # lazy: modeling_slimspec imports this module
-
         self.cache = SlimSpecDrafterCache()
-        self.committed = 0  # drafter cache positions computed from target features
+        self.committed = 0  # positions whose target features are known (in the drafter's cache or pending)
+        self.cached = 0  # of those, the positions already in the drafter's cache
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (features, tokens) not yet in the cache
         self.stats = SlimSpecGenerationStats()
         drafter.last_generation_stats = self.stats
-        self._drafted_this_round = 0
+        self._round = ("drafter", 0)  # (source, tokens drafted) of the round being verified
 
     @torch.no_grad()
     def get_candidates(
@@ -110,14 +267,9 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         n_last_matches: int = 0,
         **kwargs,
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
-        self._drafted_this_round = 0
+        self._round = ("drafter", 0)
         if is_first_iteration:
             return input_ids, None  # let the target prefill; its hidden states arrive next round
-        if input_ids.shape[0] != 1:
-            raise ValueError(
-                f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
-                f"{input_ids.shape[0]}. Call `generate` once per prompt."
-            )
         if model_outputs is None or getattr(model_outputs, "hidden_states", None) is None:
             raise ValueError("The target's outputs carry no `hidden_states`; SlimSpec drafting needs them.")
         drafter = self.drafter
@@ -127,29 +279,46 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         features = torch.cat(
             [model_outputs.hidden_states[i][:, :n_new] for i in self.layer_ids], dim=-1
         )  # (1, n_new, 3·d_t)
-        features = features.to(device=drafter.device, dtype=drafter.dtype)
-        tokens = input_ids[:, self.committed + 1 :].to(drafter.device)  # x_{t+1} for each new t, (1, n_new)
-        attention_mask = None
+        tokens = input_ids[:, self.committed + 1 :]  # x_{t+1} for each new t, (1, n_new)
+        self.pending.append((features, tokens))
+        self.committed += n_new
+
+        budget = self.max_length - seq_len - 1
+        if budget <= 0:
+            return input_ids, None
+        settings = self.settings
+        found = None
+        if settings.draft_lookup:
+            found = lookup_continuation(
+                input_ids[0], settings.draft_lookup_max_ngram, min(settings.draft_lookup_num_tokens, budget)
+            )
+            if found is not None and found[1] >= settings.draft_lookup_min_ngram:
+                return self._lookup_round(input_ids, found[0])  # a long match: no drafter call this round
+
         mask_2d = model_kwargs.get("attention_mask") if model_kwargs else None
+        attention_mask = None
         if mask_2d is not None and not bool(mask_2d.all()):
             attention_mask = mask_2d[:, : seq_len - 1].to(drafter.device)
-        positions = self._positions(mask_2d, self.committed, n_new, drafter.device)
-
-        self.cache.crop(self.committed)
+        positions = self._positions(mask_2d, self.cached, self.committed - self.cached, drafter.device)
+        features = torch.cat([f for f, _ in self.pending], dim=1).to(device=drafter.device, dtype=drafter.dtype)
+        tokens = torch.cat([t for _, t in self.pending], dim=1).to(drafter.device)
+        self.pending.clear()
+        self.cache.crop(self.cached)
         out = drafter(
             input_ids=tokens,
-            hidden_states=features,
+            target_features=features,
             position_ids=positions,
             attention_mask=attention_mask,
             cache=self.cache,
             use_cache=True,
             logits_to_keep=1,
         )
-        self.committed += n_new
+        self.cached = self.committed
+        if found is not None and int(out.logits[0, -1].argmax()) == int(found[0][0]):
+            return self._lookup_round(input_ids, found[0])  # a short match the drafter agrees with
 
-        budget = min(self.num_speculative_tokens, self.max_length - seq_len - 1)
-        if budget <= 0:
-            return input_ids, None
+        budget = min(settings.num_assistant_tokens, budget)
+        threshold = settings.assistant_confidence_threshold
         logits = out.logits[:, -1].float()  # (1, V)
         state = out.hidden_states[:, -1:]  # (1, 1, d)
         candidate_ids = input_ids
@@ -168,9 +337,9 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             candidate_ids = torch.cat([candidate_ids, token.to(candidate_ids.device)], dim=-1)
             if i == budget - 1 or int(token) in self.eos_token_ids:
                 break
-            if self.confidence_threshold is not None:  # unsure of this token: verify what we have
+            if threshold > 0:  # unsure of this token: verify what we have
                 probs = probs if probs is not None else torch.softmax(logits, dim=-1)
-                if float(probs[0, token[0, 0]]) < self.confidence_threshold:
+                if float(probs[0, token[0, 0]]) < threshold:
                     break
             step_mask = None
             if attention_mask is not None:
@@ -191,9 +360,15 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             )
             logits = out.logits[:, -1].float()
             state = out.hidden_states
-        self._drafted_this_round = len(all_logits)
+        self._round = ("drafter", len(all_logits))
         candidate_logits = torch.stack(all_logits, dim=1)  # (1, k, V)
         return candidate_ids, candidate_logits
+
+    def _lookup_round(self, input_ids: torch.LongTensor, continuation: torch.Tensor):
+        """Drafts `continuation`; the target verifies it by matching (a deterministic draft, lossless also when
+        sampling: a token is kept with the target's probability of it)."""
+        self._round = ("lookup", continuation.numel())
+        return torch.cat([input_ids, continuation[None].to(input_ids.device)], dim=-1), None
 
     @staticmethod
     def _positions(mask_2d, start: int, length: int, device) -> torch.LongTensor:
@@ -203,20 +378,10 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         return positions[:, start : start + length].to(device)
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
-        drafted = self._drafted_this_round
         if self.committed == 0:
             return  # the prefill round: nothing was drafted, nothing verified
-        stats = self.stats
-        accepted = int(num_matches)
-        stats.rounds += 1
-        stats.drafted_tokens += drafted
-        stats.accepted_tokens += accepted
-        while len(stats.drafted_per_position) < drafted:
-            stats.drafted_per_position.append(0)
-            stats.accepted_per_position.append(0)
-        for i in range(drafted):
-            stats.drafted_per_position[i] += 1
-            stats.accepted_per_position[i] += int(i < accepted)
+        source, drafted = self._round
+        self.stats.record(source, drafted, int(num_matches))
 
 
 def validate_pairing(drafter: "SlimSpecDrafterForCausalLM", target: PreTrainedModel) -> None:
@@ -258,7 +423,8 @@ def _is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
-_HOOK_VERSION = 2  # 1: `_get_candidate_generator` and the k detection; 2: + explicit confidence threshold
+_HOOK_VERSION = 3  # 1: `_get_candidate_generator` and the k detection; 2: + threshold; 3: DraftSettings overrides
+_HOOKED = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
 
 
 def _unwrap_slimspec(function):
@@ -269,19 +435,27 @@ def _unwrap_slimspec(function):
 
 
 def install_generation_hook() -> None:
-    """Routes `generate(assistant_model=<SlimSpec drafter>)` to the SlimSpec candidate generator.
+    """Routes `generate(assistant_model=<SlimSpec drafter>)` to SlimSpec decoding.
 
-    transformers has no public registry for candidate generators, so `GenerationMixin._get_candidate_generator`
-    (and `_prepare_generation_config`, `_validate_generation_mode`) are wrapped once: idempotent, also across
-    copies of this module loaded as remote code. The wrappers carry `_HOOK_VERSION`; a newer copy replaces the
-    wrappers of an older one (so an old remote-code drafter loaded first cannot pin old behaviour). Other
-    assistants keep transformers' own generators. The generator comes from the drafter's own class.
+    transformers has no public registry for candidate generators, so three `GenerationMixin` methods are wrapped
+    once: idempotent, also across copies of this module loaded as remote code. The wrappers carry `_HOOK_VERSION`;
+    a newer copy replaces the wrappers of an older one (so an old remote-code drafter loaded first cannot pin old
+    behaviour). Other assistants keep transformers' own generators.
+
+    - `_prepare_generation_config` takes the SlimSpec settings the caller passed (`num_assistant_tokens`,
+      `assistant_confidence_threshold`, and the `draft_*` keywords, which transformers would reject as unused model
+      kwargs) and records them as the call's `generation_config.slimspec_overrides`; the drafter's own
+      `generation_config` supplies the rest (see `DraftSettings`).
+    - `_validate_generation_mode` checks the drafter/target pairing before transformers' own assistant checks.
+    - `_get_candidate_generator` returns the SlimSpec generator, built by the drafter's own class.
     """
     if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
         return
-    for name in ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode"):
+    for name in _HOOKED:
         setattr(GenerationMixin, name, _unwrap_slimspec(getattr(GenerationMixin, name)))
-    original = GenerationMixin._get_candidate_generator
+    original_get = GenerationMixin._get_candidate_generator
+    original_prepare = GenerationMixin._prepare_generation_config
+    original_validate = GenerationMixin._validate_generation_mode
 
     def _get_candidate_generator(
         self,
@@ -296,7 +470,7 @@ def install_generation_hook() -> None:
     ):
         if assistant_model is not None and _is_slimspec_drafter(assistant_model):
             return assistant_model.make_candidate_generator(self, generation_config, logits_processor, input_ids)
-        return original(
+        return original_get(
             self,
             generation_config,
             input_ids,
@@ -308,49 +482,50 @@ def install_generation_hook() -> None:
             **kwargs,
         )
 
-    _get_candidate_generator._slimspec_hook = _HOOK_VERSION
-    _get_candidate_generator.__wrapped__ = original
-    GenerationMixin._get_candidate_generator = _get_candidate_generator
-
-    # transformers fills an unset `num_assistant_tokens` with its global default (20) before the generator is
-    # built; remember whether the caller (kwargs, generation_config or the target's config) really set it.
-    original_prepare = GenerationMixin._prepare_generation_config
-
     def _prepare_generation_config(self, generation_config=None, **kwargs):
+        custom = {name: kwargs.pop(name) for name in CUSTOM_SETTINGS if name in kwargs}
         config, model_kwargs = original_prepare(self, generation_config, **kwargs)
-        explicit = "num_assistant_tokens" in kwargs or any(
-            getattr(c, "num_assistant_tokens", None) is not None for c in (generation_config, self.generation_config)
-        )
-        config._slimspec_explicit_k = explicit
-        # Likewise `assistant_confidence_threshold` (transformers' global default 0.4 is meant for its own
-        # assistants): SlimSpec drafters honour it only where the caller set it, else their config's
-        # `draft_confidence_threshold`.
-        config._slimspec_explicit_threshold = "assistant_confidence_threshold" in kwargs or any(
-            getattr(c, "assistant_confidence_threshold", None) is not None
-            for c in (generation_config, self.generation_config)
-        )
+        # What the caller set for this call: a passed GenerationConfig, then keywords. transformers fills unset
+        # values with its global defaults (k = 20, threshold 0.4, meant for its own assistants), which must not
+        # override the drafter's.
+        overrides = {}
+        for name in DraftSettings.names():
+            if generation_config is not None and getattr(generation_config, name, None) is not None:
+                overrides[name] = getattr(generation_config, name)
+            if name in kwargs:
+                overrides[name] = kwargs[name]
+        overrides.update(custom)
+        config.slimspec_overrides = overrides
         return config, model_kwargs
-
-    _prepare_generation_config.__wrapped__ = original_prepare
-    _prepare_generation_config._slimspec_hook = _HOOK_VERSION
-    GenerationMixin._prepare_generation_config = _prepare_generation_config
-
-    # Check the pairing before transformers' own assistant checks, whose vocabulary message ("different
-    # tokenizers") would point SlimSpec users the wrong way.
-    original_validate = GenerationMixin._validate_generation_mode
 
     def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
         assistant = generation_mode_kwargs.get("assistant_model")
         if assistant is not None and _is_slimspec_drafter(assistant):
             validate_pairing(assistant, self)
+        else:
+            unused = sorted(set(getattr(generation_config, "slimspec_overrides", {})) & set(CUSTOM_SETTINGS))
+            if unused:
+                raise ValueError(
+                    f"{unused} are settings of SlimSpec drafters, but `assistant_model` is "
+                    f"{type(assistant).__name__ if assistant is not None else None}; pass "
+                    "`assistant_model=<SlimSpec drafter>` or drop them."
+                )
         return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
 
-    _validate_generation_mode.__wrapped__ = original_validate
-    _validate_generation_mode._slimspec_hook = _HOOK_VERSION
-    GenerationMixin._validate_generation_mode = _validate_generation_mode
+    for wrapper, original in (
+        (_get_candidate_generator, original_get),
+        (_prepare_generation_config, original_prepare),
+        (_validate_generation_mode, original_validate),
+    ):
+        wrapper.__wrapped__ = original
+        wrapper._slimspec_hook = _HOOK_VERSION
+        setattr(GenerationMixin, wrapper.__name__, wrapper)
 
 
 __all__ = [
+    "DraftSettings",
+    "draft_generation_config",
+    "lookup_continuation",
     "SlimSpecGenerationStats",
     "SlimSpecCandidateGenerator",
     "validate_pairing",

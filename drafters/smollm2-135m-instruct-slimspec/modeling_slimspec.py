@@ -1,7 +1,8 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""SlimSpec drafters: the EAGLE-3 backbone and its LM heads (the model only; decoding is `generation_slimspec.py`).
+"""SlimSpec drafters: the EAGLE-3 backbone and the model (heads in `heads_slimspec.py`, decoding in
+`generation_slimspec.py`).
 
-Self-contained on purpose: it imports only `torch`, `transformers` and its two siblings, so that
+Self-contained on purpose: it imports only `torch`, `transformers` and its siblings, so that
 `save_pretrained` can copy it next to the weights and `AutoModelForCausalLM.from_pretrained(...,
 trust_remote_code=True)` works where `slimspec_hf` is not installed. Loading it (either way) installs the
 `generate()` hook that makes `target.generate(**inputs, assistant_model=drafter)` draft with SlimSpec.
@@ -21,179 +22,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Heads: each maps (..., d) hidden states to full-vocabulary logits (..., V)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class LowRankHead(nn.Module):
-    """SlimSpec head `z = W_up · W_down · h`: W_down (r×d), W_up (V×r), no bias, no nonlinearity."""
-
-    def __init__(self, hidden_size: int, vocab_size: int, rank: int):
-        super().__init__()
-        self.down = nn.Linear(hidden_size, rank, bias=False)
-        self.up = nn.Linear(rank, vocab_size, bias=False)
-        self.store_column_major()
-
-    def store_column_major(self) -> None:
-        store_column_major(self.up.weight)
-
-    @property
-    def rank(self) -> int:
-        return self.down.out_features
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.up(self.down(hidden_states))
-
-    def merged_weight(self) -> torch.Tensor:
-        """The dense V×d matrix W_up·W_down (computed in fp32)."""
-        return self.up.weight.float() @ self.down.weight.float()
-
-    @torch.no_grad()
-    def init_from_dense(self, weight: torch.Tensor) -> None:
-        """Sets the factors to the best rank-r approximation of `weight` (V×d) in Frobenius norm."""
-        down, up = low_rank_factors(weight, self.rank)
-        if up.shape != self.up.weight.shape or down.shape != self.down.weight.shape:
-            raise ValueError(
-                f"`weight` of shape {tuple(weight.shape)} does not fit a head with up {tuple(self.up.weight.shape)} "
-                f"and down {tuple(self.down.weight.shape)}."
-            )
-        self.down.weight.copy_(down)
-        self.up.weight.copy_(up)
-
-    @classmethod
-    def from_dense(cls, weight: torch.Tensor, rank: int) -> "LowRankHead":
-        """A low-rank head initialised by truncated SVD of a dense head `weight` (V×d)."""
-        vocab_size, hidden_size = weight.shape
-        head = cls(hidden_size, vocab_size, rank).to(device=weight.device, dtype=weight.dtype)
-        head.init_from_dense(weight)
-        return head
-
-
-@torch.no_grad()
-def store_column_major(weight: nn.Parameter) -> None:
-    """Keeps a head's (out×in) weight in column-major memory order: same values, name and checkpoint.
-
-    `F.linear` then runs (…, in) @ (in, out), streaming the weight at memory bandwidth. With the row-major layout
-    of `nn.Linear`, each logit of a rank-r head is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC
-    limit at batch 1; column-major W_up reaches 0.80–1.17, and the fp32 full head gets 1.2–1.7x faster too
-    (docs/head_benchmark.md). Every head gets the same treatment so that head comparisons stay fair.
-    """
-    if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
-        weight.data = weight.data.t().contiguous().t()
-
-
-def low_rank_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Truncated SVD `weight ≈ up @ down` with `down` (r×d) and `up` (V×r), singular values split evenly.
-
-    Computed in fp32: the SVD of a bf16/fp16 matrix loses the small singular values the error depends on.
-    """
-    if weight.dim() != 2:
-        raise ValueError(f"`weight` must be a 2-D (V×d) matrix, got shape {tuple(weight.shape)}.")
-    if not 0 < rank < min(weight.shape):
-        raise ValueError(f"`rank` ({rank}) must satisfy 0 < rank < min(V, d) = {min(weight.shape)}.")
-    u, s, vh = torch.linalg.svd(weight.detach().float(), full_matrices=False)  # (V, d), (d,), (d, d)
-    root = s[:rank].sqrt()
-    down = root[:, None] * vh[:rank]  # (r, d)
-    up = u[:, :rank] * root[None, :]  # (V, r)
-    return down.to(weight.dtype), up.to(weight.dtype)
-
-
-class FullHead(nn.Linear):
-    """The usual dense V×d head, trained with the drafter."""
-
-    def __init__(self, hidden_size: int, vocab_size: int):
-        super().__init__(hidden_size, vocab_size, bias=False)
-        self.store_column_major()
-
-    def store_column_major(self) -> None:
-        store_column_major(self.weight)
-
-
-class TrimmedHead(nn.Module):
-    """VocabTrim-T baseline: a K×d head over the K most frequent tokens; other logits are -inf."""
-
-    def __init__(self, hidden_size: int, vocab_size: int, draft_vocab_size: int):
-        super().__init__()
-        self.vocab_size = vocab_size
-        self.weight = nn.Parameter(torch.empty(draft_vocab_size, hidden_size))
-        # -1 marks "no token set yet"; set_token_ids() or loading a checkpoint fills it.
-        self.register_buffer("token_ids", torch.full((draft_vocab_size,), -1, dtype=torch.long))
-        self.store_column_major()
-
-    def store_column_major(self) -> None:
-        store_column_major(self.weight)
-
-    @property
-    def has_token_set(self) -> bool:
-        return bool(self.token_ids.numel()) and int(self.token_ids[0]) >= 0
-
-    @torch.no_grad()
-    def set_token_ids(self, token_ids: torch.Tensor, dense_weight: torch.Tensor | None = None) -> None:
-        token_ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
-        if token_ids.numel() != self.token_ids.numel():
-            raise ValueError(f"`token_ids` must hold {self.token_ids.numel()} ids, got {token_ids.numel()}.")
-        if int(token_ids.min()) < 0 or int(token_ids.max()) >= self.vocab_size:
-            raise ValueError(f"`token_ids` must lie in [0, {self.vocab_size}).")
-        if token_ids.unique().numel() != token_ids.numel():
-            raise ValueError("`token_ids` must not repeat a token.")
-        self.token_ids.copy_(token_ids.to(self.token_ids.device))
-        if dense_weight is not None:
-            self.weight.copy_(dense_weight[self.token_ids.to(dense_weight.device)].to(self.weight))
-
-    def compact_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Logits over the K kept tokens only (..., K)."""
-        return F.linear(hidden_states, self.weight)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not self.has_token_set:
-            raise ValueError(
-                "The trimmed head has no token set: call `drafter.lm_head.set_token_ids(ids)` with the "
-                "`draft_vocab_size` most frequent tokens, or load a checkpoint that holds `lm_head.token_ids`."
-            )
-        compact = self.compact_logits(hidden_states)  # (..., K)
-        logits = compact.new_full((*compact.shape[:-1], self.vocab_size), float("-inf"))
-        return logits.index_copy_(-1, self.token_ids, compact)
-
-
-class TargetHead(nn.Module):
-    """The target's own LM head, frozen and borrowed at run time (never stored in the drafter's checkpoint)."""
-
-    def __init__(self):
-        super().__init__()
-        self._target_head = None  # kept out of the module tree so it is never saved nor trained
-
-    def set_target_head(self, head: nn.Module) -> None:
-        object.__setattr__(self, "_target_head", head)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self._target_head is None:
-            raise ValueError(
-                "head_type='target' borrows the target's LM head: call `drafter.attach_target(target)` first "
-                "(`generate(assistant_model=drafter)` does it for you)."
-            )
-        weight = self._target_head.weight
-        return F.linear(hidden_states.to(weight.dtype), weight)
-
-
-def build_head(config: SlimSpecDrafterConfig) -> nn.Module:
-    if config.head_type == "low_rank":
-        return LowRankHead(config.hidden_size, config.vocab_size, config.head_rank)
-    if config.head_type == "full":
-        return FullHead(config.hidden_size, config.vocab_size)
-    if config.head_type == "trimmed":
-        return TrimmedHead(config.hidden_size, config.vocab_size, config.draft_vocab_size)
-    if config.head_type == "target":
-        return TargetHead()
-    raise ValueError(f"`head_type` must be one of {list(HEAD_TYPES)}, got {config.head_type!r}.")
+from .configuration_slimspec import SlimSpecDrafterConfig
+from .heads_slimspec import (  # noqa: F401  (re-exported: the heads are part of the model's API)
+    FullHead,
+    LowRankHead,
+    TargetHead,
+    TrimmedHead,
+    build_head,
+    low_rank_factors,
+    store_column_major,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -280,8 +124,19 @@ class SlimSpecDrafterAttention(nn.Module):
         sin: torch.Tensor,
         attention_mask: torch.Tensor | None,
         cache: SlimSpecDrafterCache | None,
-    ) -> torch.Tensor:
+        ttt_context: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Returns the attention output (B, T, d) and this call's keys/values (B, H_kv, T, hd).
+
+        With `ttt_context` (the keys/values of the earlier training-time-test steps, step 0 first), the queries of
+        step k = len(ttt_context) attend as at inference (see `ttt_attention`); `attention_mask` is then the (B, T)
+        key mask of padded positions.
+        """
         q, k, v = self.project(x, cos, sin)
+        if ttt_context is not None:
+            attn = ttt_attention(q, [*ttt_context, (k, v)], attention_mask, self.num_groups)
+            return self.output(attn), (k, v)
+        new_kv = (k, v)
         if cache is not None:
             k, v = cache.update(k, v)
         q_len, kv_len = q.shape[2], k.shape[2]
@@ -291,7 +146,7 @@ class SlimSpecDrafterAttention(nn.Module):
         attn = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attention_mask, enable_gqa=self.num_groups > 1
         )  # (B, H, T, hd)
-        return self.output(attn)
+        return self.output(attn), new_kv
 
 
 def causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -313,8 +168,11 @@ class SlimSpecDrafterMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-class SlimSpecDrafterLayer(nn.Module):
-    """EAGLE-3's single decoder layer: attention over [norm(emb), norm(h)], residual on h, SwiGLU MLP."""
+class SlimSpecDrafterLayer(GradientCheckpointingLayer):
+    """EAGLE-3's single decoder layer: attention over [norm(emb), norm(h)], residual on h, SwiGLU MLP.
+
+    Checkpointed the transformers way (`drafter.gradient_checkpointing_enable()`).
+    """
 
     def __init__(self, config: SlimSpecDrafterConfig):
         super().__init__()
@@ -325,22 +183,20 @@ class SlimSpecDrafterLayer(nn.Module):
         self.mlp = SlimSpecDrafterMLP(config)
         self.norm_before_residual = bool(config.norm_before_residual)
 
-    def attention_input(self, inputs_embeds: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B,T,2d)
+    def forward(
+        self, inputs_embeds, hidden_states, cos, sin, attention_mask=None, cache=None, ttt_context=None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Returns the layer's pre-final-norm output (B, T, d) and its attention keys/values.
 
-    def finish(self, hidden_states: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
-        """Residual + MLP after attention; returns the layer's (pre-final-norm) output.
-
-        The residual is the fed hidden state itself, or its normed version with `norm_before_residual`
-        (the vLLM speculators variant)."""
+        The residual is the fed hidden state itself, or its normed version with `norm_before_residual` (the vLLM
+        speculators variant).
+        """
+        x = torch.cat([self.input_layernorm(inputs_embeds), self.hidden_norm(hidden_states)], dim=-1)  # (B, T, 2d)
+        attn_out, kv = self.self_attn(x, cos, sin, attention_mask, cache, ttt_context)
         if self.norm_before_residual:
             hidden_states = self.hidden_norm(hidden_states)
         hidden_states = hidden_states + attn_out
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
-
-    def forward(self, inputs_embeds, hidden_states, cos, sin, attention_mask=None, cache=None) -> torch.Tensor:
-        attn_out = self.self_attn(self.attention_input(inputs_embeds, hidden_states), cos, sin, attention_mask, cache)
-        return self.finish(hidden_states, attn_out)
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states)), kv
 
 
 @dataclass
@@ -359,7 +215,7 @@ class SlimSpecDrafterOutput(ModelOutput):
 class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
     config_class = SlimSpecDrafterConfig
     config: SlimSpecDrafterConfig
-    base_model_prefix = "model"
+    base_model_prefix = ""  # no inner base model: the drafter (fc, one layer, norm, head) is its own
     _no_split_modules = ["SlimSpecDrafterLayer"]
     supports_gradient_checkpointing = True
     _supports_sdpa = True
@@ -388,6 +244,17 @@ class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
             module.original_inv_freq.copy_(inv_freq)
 
 
+_GENERATION_CONFIG_KWARGS = (
+    "subfolder",
+    "revision",
+    "token",
+    "cache_dir",
+    "local_files_only",
+    "force_download",
+    "proxies",
+)
+
+
 class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     """An EAGLE-3 drafter with a SlimSpec low-rank head (or a baseline head).
 
@@ -409,8 +276,12 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.lm_head = build_head(config)
         self._embed_tokens = None  # borrowed, see attach_target
-        self.gradient_checkpointing = False
         self.post_init()
+        # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
+        # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
+        from .generation_slimspec import draft_generation_config
+
+        self.generation_config = draft_generation_config(config)
 
     # -- borrowing from the target -----------------------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module | None:
@@ -432,29 +303,19 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
         """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
 
-        `num_assistant_tokens` passed to `generate()` overrides the config's `num_speculative_tokens`, and
-        `assistant_confidence_threshold` its `draft_confidence_threshold`.
+        The drafting settings are the drafter's `generation_config`, overridden by what the caller passed to
+        `generate()` (`num_assistant_tokens`, `assistant_confidence_threshold`, `draft_lookup`, ...).
         """
+        from .generation_slimspec import DraftSettings, SlimSpecCandidateGenerator
+
         if input_ids is not None and input_ids.shape[0] != 1:
             raise ValueError(
                 f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
                 f"{input_ids.shape[0]}. Call `generate` once per prompt."
             )
-        explicit = getattr(generation_config, "_slimspec_explicit_k", True)
-        k = generation_config.num_assistant_tokens if explicit else None
-        threshold = getattr(self.config, "draft_confidence_threshold", None)
-        if getattr(generation_config, "_slimspec_explicit_threshold", False):
-            threshold = generation_config.assistant_confidence_threshold
-        from .generation_slimspec import SlimSpecCandidateGenerator
-
+        settings = DraftSettings.resolve(self.generation_config, getattr(generation_config, "slimspec_overrides", {}))
         return SlimSpecCandidateGenerator(
-            self,
-            target,
-            generation_config,
-            logits_processor,
-            num_speculative_tokens=k,
-            confidence_threshold=threshold,
-            validate=False,
+            self, target, generation_config, logits_processor, settings=settings, validate=False
         )
 
     def tie_weights(self, *args, **kwargs):
@@ -470,6 +331,12 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         if hasattr(model.lm_head, "store_column_major"):
             model.lm_head.store_column_major()  # loading materialises weights row-major
+        # transformers loads generation_config.json only for models that generate on their own.
+        hub_kwargs = {k: kwargs[k] for k in _GENERATION_CONFIG_KWARGS if kwargs.get(k) is not None}
+        try:
+            model.generation_config = GenerationConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+        except OSError:
+            pass  # a checkpoint from before the decoding defaults moved there: keep those derived from the config
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -487,6 +354,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         tmp = tempfile.mkdtemp(prefix=".tmp-save-", dir=save_directory)
         try:
             super().save_pretrained(tmp, *args, **kwargs)
+            self.generation_config.save_pretrained(tmp)  # transformers skips it for models that cannot generate
             written = set(os.listdir(tmp))
             for name in sorted(written):
                 os.replace(os.path.join(tmp, name), os.path.join(save_directory, name))
@@ -508,17 +376,31 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             )
         return self._embed_tokens(input_ids)
 
-    def fuse(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Maps target features (…, 3·d_t) to the drafter width; the drafter's own states (…, d) pass through."""
-        width = hidden_states.shape[-1]
-        if width == 3 * self.config.target_hidden_size:
-            return self.fc(hidden_states.to(self.fc.weight.dtype))
-        if width == self.config.hidden_size:
-            return hidden_states
-        raise ValueError(
-            f"`hidden_states` must have last dimension 3 * target_hidden_size = {3 * self.config.target_hidden_size} "
-            f"(target features) or hidden_size = {self.config.hidden_size} (drafter states), got {width}."
-        )
+    def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
+        """Maps the target's fused features (…, 3·d_t) to the drafter width (…, d)."""
+        expected = 3 * self.config.target_hidden_size
+        if target_features.shape[-1] != expected:
+            raise ValueError(
+                f"`target_features` must have last dimension 3 * target_hidden_size = {expected} (three target "
+                f"layers concatenated), got {target_features.shape[-1]}."
+            )
+        return self.fc(target_features.to(self.fc.weight.dtype))
+
+    def _step_states(self, target_features, hidden_states) -> torch.Tensor:
+        """The states a step reads: the fused target features, or the drafter's own states (exactly one)."""
+        if (target_features is None) == (hidden_states is None):
+            raise ValueError(
+                "Pass exactly one of `target_features` (the target's three layers, (B, T, 3·d_t)) and "
+                "`hidden_states` (the drafter's own states fed back, (B, T, d))."
+            )
+        if target_features is not None:
+            return self.fuse(target_features)
+        if hidden_states.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                f"`hidden_states` are the drafter's own states, of width hidden_size = {self.config.hidden_size}; "
+                f"got {hidden_states.shape[-1]}. Pass the target's features as `target_features=`."
+            )
+        return hidden_states
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits of pre-norm drafter states (…, d) → (…, V)."""
@@ -527,6 +409,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
+        target_features: torch.Tensor | None = None,
         hidden_states: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
@@ -538,18 +421,17 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     ) -> SlimSpecDrafterOutput:
         r"""
         input_ids (`torch.LongTensor` of shape `(B, T)`): tokens x_{t+1} (or pass `inputs_embeds`).
-        hidden_states (`torch.Tensor` of shape `(B, T, 3·d_t)` or `(B, T, d)`): target features or own states.
+        target_features (`torch.Tensor` of shape `(B, T, 3·d_t)`): the target's three layers at t, concatenated.
+        hidden_states (`torch.Tensor` of shape `(B, T, d)`): or the drafter's own states at t, fed back.
         position_ids (`torch.LongTensor` of shape `(B, T)`): positions t; defaults to continuing the cache.
         attention_mask (`torch.Tensor`): either a 2-D key mask `(B, past + T)` (1 = attend) or a boolean 4-D mask.
         logits_to_keep (`int`): if > 0, only the last `logits_to_keep` positions get logits; -1 for none.
         """
-        if hidden_states is None:
-            raise ValueError("`hidden_states` is required: target features (B, T, 3·d_t) or drafter states (B, T, d).")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        hidden_states = self._step_states(target_features, hidden_states)
         if inputs_embeds is None:
             inputs_embeds = self.embed(input_ids)
-        hidden_states = self.fuse(hidden_states)
         inputs_embeds = inputs_embeds.to(hidden_states.dtype)
         bsz, seq_len, _ = hidden_states.shape
         if use_cache and cache is None:
@@ -565,11 +447,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             else:
                 mask = attention_mask.bool()
         cos, sin = self.rotary_emb(hidden_states, position_ids)
-        layer_args = (inputs_embeds, hidden_states, cos, sin, mask, cache)
-        if self.gradient_checkpointing and self.training:
-            out = torch.utils.checkpoint.checkpoint(self.layer, *layer_args, use_reentrant=False)
-        else:
-            out = self.layer(*layer_args)  # (B, T, d)
+        out, _ = self.layer(inputs_embeds, hidden_states, cos, sin, attention_mask=mask, cache=cache)  # (B, T, d)
         logits = None
         if logits_to_keep >= 0:
             kept = out if logits_to_keep == 0 else out[:, -logits_to_keep:]
@@ -580,29 +458,37 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def ttt_step(
         self,
         inputs_embeds: torch.Tensor,
-        hidden_states: torch.Tensor,
         position_ids: torch.LongTensor,
         step: int,
         context: list[tuple[torch.Tensor, torch.Tensor]],
         attention_mask: torch.Tensor | None = None,
+        target_features: torch.Tensor | None = None,
+        hidden_states: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One unrolled training step (EAGLE-3's training-time test), returning the pre-norm states (B, T, d).
 
-        Step 0 reads target features, positions `position_ids`, causal attention; it starts `context`.
-        Step k ≥ 1 reads the drafter's own step k-1 states; its query at position t attends to the step-0 keys
-        of positions ≤ t and to its own chain's keys at t from steps 1..k, exactly what the drafter sees at
-        inference when drafting the k-th token after t. RoPE positions of step k are shifted by k (t + k),
-        the positions those drafted tokens hold at inference. `attention_mask` (B, T) masks padded keys.
-        `context` (a list) is extended in place with this step's (keys, values).
+        Step 0 reads `target_features`, positions `position_ids`, causal attention; it starts `context`.
+        Step k ≥ 1 reads the drafter's own step k-1 states (`hidden_states`); its query at position t attends to the
+        step-0 keys of positions ≤ t and to its own chain's keys at t from steps 1..k, exactly what the drafter sees
+        at inference when drafting the k-th token after t. RoPE positions of step k are shifted by k (t + k), the
+        positions those drafted tokens hold at inference. `attention_mask` (B, T) masks padded keys. `context` (a
+        list) is extended in place with this step's (keys, values). Runs through the layer's own forward, so
+        gradient checkpointing applies.
         """
-        hidden_states = self.fuse(hidden_states)
+        if len(context) != step:
+            raise ValueError(f"`context` must hold the {step} earlier steps' keys/values, got {len(context)}.")
+        hidden_states = self._step_states(target_features, hidden_states)
         cos, sin = self.rotary_emb(hidden_states, position_ids + step)
-        attn_layer = self.layer.self_attn
-        x = self.layer.attention_input(inputs_embeds.to(hidden_states.dtype), hidden_states)
-        q, k, v = attn_layer.project(x, cos, sin)  # (B, H, T, hd), (B, H_kv, T, hd) ×2
-        context.append((k, v))
-        attn = ttt_attention(q, context, attention_mask, attn_layer.num_groups)
-        return self.layer.finish(hidden_states, attn_layer.output(attn))
+        out, kv = self.layer(
+            inputs_embeds.to(hidden_states.dtype),
+            hidden_states,
+            cos,
+            sin,
+            attention_mask=attention_mask,
+            ttt_context=tuple(context),
+        )
+        context.append(kv)
+        return out
 
 
 def check_safetensors_checkpoint(folder: str) -> None:

@@ -24,6 +24,10 @@ COMMANDS = {
         "slimspec_hf.commands.bench_head:main",
         "time LM heads (full, low-rank, trimmed) against MAC limits",
     ),
+    "bench-verify": (
+        "slimspec_hf.commands.bench_verify:main",
+        "time the target verifying 1..N tokens, fp32 vs bf16 (what makes speculation pay)",
+    ),
     "choose-rank": (
         "slimspec_hf.commands.choose_rank:main",
         "pick the head rank that maximises predicted speed-up",

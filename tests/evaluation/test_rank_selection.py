@@ -150,7 +150,7 @@ def test_drafter_states_pair_the_drafters_state_with_the_targets_next_position(t
         logits = tiny_target(input_ids=ids).logits[0]
         hidden = tiny_target(input_ids=ids, output_hidden_states=True).hidden_states
         features = torch.cat([hidden[i] for i in drafter.config.target_layer_ids], dim=-1)
-        drafted = drafter(input_ids=ids[:, 1:], hidden_states=features[:, :-1]).logits[0]
+        drafted = drafter(input_ids=ids[:, 1:], target_features=features[:, :-1]).logits[0]
     # the target's next-token logits at t+1 come from the head input of row t ...
     assert torch.allclose(heads[:8] @ tiny_target.lm_head.weight.T, logits[1:], atol=1e-5)
     # ... and the drafter's head applied to its state at t gives its draft for the same token

@@ -196,7 +196,7 @@ def assert_two_steps_match(drafter, sd, cfg, target, layer_ids, token_ids, norm_
     ids, feats, emb = features(target, layer_ids)
     V = target.config.vocab_size
     with torch.no_grad():
-        out = drafter(input_ids=ids, hidden_states=feats)
+        out = drafter(input_ids=ids, target_features=feats)
         out2 = drafter(input_ids=ids, hidden_states=out.hidden_states)
         ref, ref_h = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, feats, token_ids, V, norm_before_residual)
         ref2, _ = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, ref_h, token_ids, V, norm_before_residual)
@@ -219,7 +219,7 @@ def test_eagle_trimmed_reproduces_source_drafter_exactly(tmp_path, target):
     assert drafter.config.rope_parameters["rope_theta"] == 5000.0 and drafter.config.intermediate_size == 48
     ids, feats, emb = features(target, [2, 4, 5])
     with torch.no_grad():
-        out = drafter(input_ids=ids, hidden_states=feats)
+        out = drafter(input_ids=ids, target_features=feats)
         ref, ref_h = reference_eagle3(sd, "midlayer.", cfg, emb, feats, token_ids, target.config.vocab_size)
         # second step: each model is fed its own pre-norm output
         out2 = drafter(input_ids=ids, hidden_states=out.hidden_states)
@@ -235,7 +235,7 @@ def test_eagle_full_head_keeps_draft_rows_and_fills_the_rest_from_target(tmp_pat
     drafter = convert_eagle3(src, target, head_type="full")
     ids, feats, emb = features(target, [2, 4, 5])
     with torch.no_grad():
-        logits = drafter(input_ids=ids, hidden_states=feats).logits
+        logits = drafter(input_ids=ids, target_features=feats).logits
         ref, ref_h = reference_eagle3(sd, "midlayer.", cfg, emb, feats, token_ids, target.config.vocab_size)
     torch.testing.assert_close(logits[..., token_ids], ref[..., token_ids], atol=ATOL, rtol=0)
     others = torch.ones(target.config.vocab_size, dtype=torch.bool)
@@ -251,7 +251,7 @@ def test_speculators_full_vocab_reproduces_source_and_drops_matching_embedding(t
     assert "embed_tokens.weight" not in drafter.state_dict()
     ids, feats, emb = features(target, [1, 3, 6])
     with torch.no_grad():
-        logits = drafter(input_ids=ids, hidden_states=feats).logits
+        logits = drafter(input_ids=ids, target_features=feats).logits
         ref, _ = reference_eagle3(sd, "layers.0.", _ref_cfg(cfg), emb, feats, token_ids, target.config.vocab_size)
     torch.testing.assert_close(logits, ref, atol=ATOL, rtol=0)
 
@@ -535,8 +535,8 @@ def test_export_round_trip_low_rank(tmp_path, target):
     back = convert_eagle3(out, target, head_type="full")
     ids, feats, _ = features(target, [2, 4, 5])
     with torch.no_grad():
-        a = drafter(input_ids=ids, hidden_states=feats)
-        b = back(input_ids=ids, hidden_states=feats)
+        a = drafter(input_ids=ids, target_features=feats)
+        b = back(input_ids=ids, target_features=feats)
         a2 = drafter(input_ids=ids, hidden_states=a.hidden_states).logits
         b2 = back(input_ids=ids, hidden_states=b.hidden_states).logits
     torch.testing.assert_close(b.logits, a.logits, atol=ATOL, rtol=0)
@@ -553,8 +553,8 @@ def test_export_round_trip_norm_before_residual(tmp_path, target):
     assert back.config.norm_before_residual is True
     ids, feats, _ = features(target, [1, 3, 6])
     with torch.no_grad():
-        a = drafter(input_ids=ids, hidden_states=feats)
-        b = back(input_ids=ids, hidden_states=feats)
+        a = drafter(input_ids=ids, target_features=feats)
+        b = back(input_ids=ids, target_features=feats)
         a2 = drafter(input_ids=ids, hidden_states=a.hidden_states).logits
         b2 = back(input_ids=ids, hidden_states=b.hidden_states).logits
     torch.testing.assert_close(b.logits, a.logits, atol=ATOL, rtol=0)
@@ -572,7 +572,7 @@ def test_export_round_trip_trimmed(tmp_path, target):
     back = convert_eagle3(out, target, head_type="trimmed")
     ids, feats, _ = features(target, [2, 4, 5])
     with torch.no_grad():
-        a, b = drafter(input_ids=ids, hidden_states=feats).logits, back(input_ids=ids, hidden_states=feats).logits
+        a, b = drafter(input_ids=ids, target_features=feats).logits, back(input_ids=ids, target_features=feats).logits
     assert torch.equal(torch.isinf(a), torch.isinf(b))
     torch.testing.assert_close(b[torch.isfinite(b)], a[torch.isfinite(a)], atol=ATOL, rtol=0)
 
@@ -653,7 +653,7 @@ def test_prepare_head_finetune_with_lora(tmp_path, target):
     drafter = convert_eagle3(src, target, rank=4)
     ids, feats, _ = features(target, [2, 4, 5])
     with torch.no_grad():
-        before = drafter(input_ids=ids, hidden_states=feats).logits
+        before = drafter(input_ids=ids, target_features=feats).logits
     config = peft.LoraConfig(r=2)
     model = prepare_head_finetune(drafter, lora_config=config)
     assert config.target_modules is None  # the caller's config is untouched
@@ -661,7 +661,7 @@ def test_prepare_head_finetune_with_lora(tmp_path, target):
     assert any("lora_A" in n for n in trainable) and any("lm_head" in n and n.endswith("up.weight") for n in trainable)
     assert not any(n.endswith("q_proj.base_layer.weight") for n in trainable)
     with torch.no_grad():
-        after = model(input_ids=ids, hidden_states=feats).logits
+        after = model(input_ids=ids, target_features=feats).logits
     torch.testing.assert_close(after, before)  # LoRA starts at zero
     with pytest.raises(TypeError, match="LoraConfig"):
         prepare_head_finetune(drafter, lora_config={"r": 2})
@@ -730,7 +730,7 @@ def test_smollm2_sized_speculators_drafter(tmp_path, embedded_target):
     full = convert_eagle3(src, target, head_type="full")
     assert full.config.target_layer_ids == [2, 15, 27]  # {2, L//2, L-3} for L = 30
     with torch.no_grad():
-        logits = full(input_ids=ids, hidden_states=feats).logits
+        logits = full(input_ids=ids, target_features=feats).logits
         ref, _ = reference_eagle3(sd, "layers.0.", layer, emb, feats, torch.arange(V), V)
     torch.testing.assert_close(logits, ref, atol=1e-4, rtol=0)
 

@@ -133,7 +133,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
     drafter = make_tiny_drafter(target, target_model_name_or_path="org/tiny-target")
     ids, features = _probe_inputs(drafter.config)
     with torch.no_grad():
-        ref1 = drafter(input_ids=ids, hidden_states=features).logits
+        ref1 = drafter(input_ids=ids, target_features=features).logits
     drafter.save_pretrained(work / "v1")
     write_model_card(work / "v1", recipe=RECIPE, results=RESULTS, datasets=["org/prompts"])
 
@@ -147,7 +147,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
     # 2. load by repo id with the package installed: identical logits
     def logits_of(model):
         with torch.no_grad():
-            return model.eval().attach_target(target)(input_ids=ids, hidden_states=features).logits
+            return model.eval().attach_target(target)(input_ids=ids, target_features=features).logits
 
     loaded = AutoModelForCausalLM.from_pretrained(DRAFTER_REPO)
     out["loaded_class"] = f"{type(loaded).__module__}.{type(loaded).__qualname__}"
@@ -160,7 +160,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
     # 4. re-push new weights over the existing repo; the pinned v1 commit still loads v1
     with torch.no_grad():
         drafter.fc.weight.mul_(-1.5)
-        ref2 = drafter(input_ids=ids, hidden_states=features).logits
+        ref2 = drafter(input_ids=ids, target_features=features).logits
     drafter.save_pretrained(work / "v2")
     write_model_card(work / "v2", results={**RESULTS, "acceptance_length": 3.4})
     info = hub.push_to_hub(work / "v2", DRAFTER_REPO, commit_message="v2 weights")
@@ -253,7 +253,7 @@ def _scenario_remote_code(workdir: str, repo_id: str, revision: str) -> dict:
     out["drafter_module"] = type(drafter).__module__
     expected = load_file(str(work / "expected.safetensors"))
     with torch.no_grad():
-        logits = drafter.attach_target(target)(input_ids=expected["ids"], hidden_states=expected["features"]).logits
+        logits = drafter.attach_target(target)(input_ids=expected["ids"], target_features=expected["features"]).logits
     out["max_diff"] = (logits - expected["ref2"]).abs().max().item()
 
     prompt = torch.tensor([[5, 17, 33, 2, 90, 41]])

@@ -85,13 +85,13 @@ def test_ttt_unroll_matches_inference_drafting():
     features = torch.randn(1, seq_len, 3 * 32, generator=g, dtype=torch.float64)
     embeds = drafter.embed(ids)
     positions = torch.arange(seq_len)[None]
-    context, states, hidden = [], [], features
+    context, states = [], []
     with torch.no_grad():
         for k in range(steps):
             shifted = torch.zeros_like(embeds)
             shifted[:, : seq_len - k - 1] = embeds[:, k + 1 :]
-            hidden = drafter.ttt_step(shifted, hidden, positions, k, context)
-            states.append(hidden)
+            fed = {"target_features": features} if k == 0 else {"hidden_states": states[-1]}
+            states.append(drafter.ttt_step(shifted, positions, k, context, **fed))
         for t in range(seq_len - steps):
             # brute force: the drafter's own cached forward, exactly as at inference
             from slimspec_hf import SlimSpecDrafterCache
@@ -99,7 +99,7 @@ def test_ttt_unroll_matches_inference_drafting():
             cache = SlimSpecDrafterCache()
             out = drafter(
                 input_ids=ids[:, 1 : t + 2],
-                hidden_states=features[:, : t + 1],
+                target_features=features[:, : t + 1],
                 position_ids=positions[:, : t + 1],
                 cache=cache,
                 use_cache=True,

@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="also benchmark prompt-lookup decoding with N candidate tokens (default 10)",
     )
+    p.add_argument(
+        "--draft-lookup",
+        action="store_true",
+        help="run each drafter twice: as a chain (NAME) and hybrid with prompt lookup (NAME+lookup)",
+    )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
     p.add_argument("--data", default=None, help="question jsonl (default: the shared data of --dataset)")
     p.add_argument("--categories", nargs="+", default=None, help="keep these categories (e.g. mt_bench qa coding)")
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),
-        1 + len(drafters) * (1 + len(args.confidence_threshold)) + bool(args.prompt_lookup),
+        1 + len(drafters) * (1 + len(args.confidence_threshold) + args.draft_lookup) + bool(args.prompt_lookup),
         len(args.temperatures),
         args.repeats,
     )
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_lookup=args.prompt_lookup,
         num_speculative_tokens=args.num_speculative_tokens,
         confidence_thresholds=tuple(args.confidence_threshold),
+        draft_lookup=args.draft_lookup,
         reference=args.reference,
         context_length=args.context_length,
         timing_repeats=args.timing_repeats,

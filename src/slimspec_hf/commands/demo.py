@@ -1,9 +1,14 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """`make demo`: SlimSpec speculative decoding on the embedded SmolLM2-135M-Instruct, measured in the same run.
 
-Loads the embedded target and the shipped drafter (`drafters/smollm2-135m-instruct-slimspec`), streams answers to
-a few chat prompts through `target.generate(**inputs, assistant_model=drafter)`, then times each prompt with and
-without the drafter (interleaved, greedy) and prints tokens/s, the speed-up and the acceptance length τ.
+Loads the embedded target (dtype "auto": bf16 where this machine computes it natively, else fp32) and the shipped
+drafter, streams an answer to each chat prompt through `target.generate(**inputs, assistant_model=drafter)`, then
+times every system on every prompt, interleaved and greedy: the target alone, the SlimSpec drafter alone (a chain
+of k tokens a round), SlimSpec + prompt lookup (the hybrid: an earlier occurrence of the latest tokens drafts what
+followed it, else the drafter drafts) and transformers' prompt-lookup decoding. It prints tokens/s, the speed-up
+over the target alone and τ (tokens per target forward), and checks the outputs against the target alone: in fp32
+they must be identical token for token; in bf16, batched verification rounds differently from one-token decoding,
+so after a near-tie the text may change — the table then says after how many tokens.
 """
 
 import argparse
@@ -21,73 +26,109 @@ PROMPTS = [
 ]
 
 
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first generated token where `a` and `b` differ (None if identical)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .common import add_runtime_arguments, error_boundary
+
     parser = argparse.ArgumentParser(prog="python -m slimspec_hf.commands.demo", description=__doc__)
-    parser.add_argument("--drafter", default=None, help="drafter folder (default: the shipped embedded drafter)")
+    parser.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the shipped drafter)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt and system")
+    add_runtime_arguments(parser)
     args = parser.parse_args(argv)
+    return error_boundary("demo")(_run)(args)
 
+
+def _run(args) -> int:
     from transformers import TextStreamer
 
-    from slimspec_hf import load_embedded_drafter, load_embedded_target
-    from slimspec_hf.evaluation.timing import encode_prompt, timed_generate
+    from ..evaluation.timing import Timer, encode_prompt
+    from ..paths import embedded_drafter_dir
+    from .common import load_models, runtime_line
 
     torch.set_grad_enabled(False)
     print("Loading the embedded target SmolLM2-135M-Instruct (the first run dequantises its GGUF) ...")
-    target, tokenizer = load_embedded_target(dtype=torch.float32)
-    try:
-        drafter = load_embedded_drafter(args.drafter, target=target)
-        trained = True
-    except FileNotFoundError as err:
-        warnings.warn(
-            f"{err}\nFalling back to an UNTRAINED drafter (SVD of the target's head): expect τ ≈ 1.", stacklevel=2
-        )
-        from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
-
-        drafter = SlimSpecDrafterForCausalLM(SlimSpecDrafterConfig.from_target_config(target.config)).eval()
-        drafter.lm_head.init_from_dense(target.lm_head.weight)
-        trained = False
-    cfg = drafter.config
+    drafter_path = args.drafter or str(embedded_drafter_dir())
+    target, tokenizer, (drafter,) = load_models("embedded", [drafter_path], dtype=args.dtype, threads=args.threads)
+    settings = drafter.generation_config
     print(
-        f"Drafter: head_type={cfg.head_type} rank={cfg.head_rank} k={cfg.num_speculative_tokens} "
-        f"draft_confidence_threshold={getattr(cfg, 'draft_confidence_threshold', None)} "
-        f"target_layer_ids={cfg.target_layer_ids}{'' if trained else ' (untrained)'}\n"
+        f"Drafter: {drafter_path} (head {drafter.config.head_type}, r = {drafter.config.head_rank}); its defaults: "
+        f"k = {settings.num_assistant_tokens}, draft_lookup = {getattr(settings, 'draft_lookup', False)}"
     )
+    print(runtime_line(target) + "\n")
 
-    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
+    systems = {
+        "target alone": {},
+        "SlimSpec": {"assistant_model": drafter, "draft_lookup": False},
+        "SlimSpec + lookup": {"assistant_model": drafter, "draft_lookup": True},
+        "prompt lookup": {"prompt_lookup_num_tokens": 10},
+    }
+    common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    rows = []
+    results = []  # per prompt: {system: (tok/s, τ, first difference)}
     for prompt in PROMPTS:
-        inputs = encode_prompt(tokenizer, prompt)
+        inputs = encode_prompt(tokenizer, prompt, target.device)
+        n_prompt = inputs["input_ids"].shape[1]
         print(f">>> {prompt}")
-        first = timed_generate(target, tokenizer, inputs, drafter=drafter, streamer=streamer, **kwargs)
-        fast, plain = [], []
-        for _ in range(args.repeats):  # interleaved so both systems share the machine's noise
-            plain.append(timed_generate(target, tokenizer, inputs, **kwargs))
-            fast.append(timed_generate(target, tokenizer, inputs, drafter=drafter, **kwargs))
-        identical = all(p.text == first.text for p in plain)
-        rows.append(
-            (
-                statistics.median(p.tokens_per_second for p in plain),
-                statistics.median(f.tokens_per_second for f in fast),
-                statistics.mean(f.acceptance_length for f in fast),
-                identical,
-            )
-        )
+        target.generate(**inputs, assistant_model=drafter, streamer=streamer, **common)  # the drafter's defaults
         print()
+        times = {name: [] for name in systems}
+        taus = {name: [] for name in systems}
+        outputs = {}
+        for _ in range(args.repeats):  # interleaved, so that every system shares the machine's noise
+            for name, kwargs in systems.items():
+                with warnings.catch_warnings(), Timer(target.device) as timer:
+                    warnings.simplefilter("ignore")
+                    out = target.generate(**inputs, **kwargs, **common)
+                new = out[0, n_prompt:].tolist()
+                outputs[name] = new
+                times[name].append(len(new) / timer.seconds)
+                if "assistant_model" in kwargs:
+                    taus[name].append(drafter.last_generation_stats.acceptance_length)
+        reference = outputs["target alone"]
+        results.append(
+            {
+                name: (
+                    statistics.median(times[name]),
+                    statistics.mean(taus[name]) if taus[name] else None,
+                    _first_difference(outputs[name], reference),
+                )
+                for name in systems
+            }
+        )
 
-    print("| prompt | target alone tok/s | SlimSpec tok/s | speed-up | τ | identical |")
-    print("|---|---|---|---|---|---|")
-    for i, (plain_tps, fast_tps, tau, identical) in enumerate(rows, 1):
-        print(f"| {i} | {plain_tps:.1f} | {fast_tps:.1f} | {fast_tps / plain_tps:.2f}x | {tau:.2f} | {identical} |")
-    plain_all = statistics.mean(r[0] for r in rows)
-    fast_all = statistics.mean(r[1] for r in rows)
-    tau_all = statistics.mean(r[2] for r in rows)
+    exact = target.dtype == torch.float32
     print(
-        f"| mean | {plain_all:.1f} | {fast_all:.1f} | {fast_all / plain_all:.2f}x | {tau_all:.2f} | "
-        f"{all(r[3] for r in rows)} |"
+        f"Greedy, {args.max_new_tokens} new tokens, median of {args.repeats} interleaved runs; " + runtime_line(target)
     )
+    print("| prompt | system | tokens/s | speed-up | τ | output vs the target alone |")
+    print("|---|---|---:|---:|---:|---|")
+    for i, row in enumerate(results, 1):
+        base = row["target alone"][0]
+        for name, (tps, tau, diff) in row.items():
+            if name == "target alone":
+                same = "—"
+            elif diff is None:
+                same = "identical"
+            else:
+                same = f"DIFFERS from token {diff}" + ("" if exact else " (bf16 rounding, see README)")
+            tau_text = f"{tau:.2f}" if tau is not None else ""
+            print(f"| {i} | {name} | {tps:.1f} | {tps / base:.2f}x | {tau_text} | {same} |")
+    print("\nMean speed-up over the target alone:")
+    for name in systems:
+        if name != "target alone":
+            mean = statistics.mean(row[name][0] / row["target alone"][0] for row in results)
+            print(f"  {name:18s} {mean:.2f}x")
+    if exact and any(row[name][2] is not None for row in results for name in row):
+        print("ERROR: in fp32 speculative greedy output must equal the target's; it did not.", file=sys.stderr)
+        return 1
     return 0
 
 

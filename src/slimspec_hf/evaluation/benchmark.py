@@ -102,14 +102,21 @@ def build_systems(
     prompt_lookup: int | None = None,
     num_speculative_tokens=None,
     confidence_thresholds: tuple[float, ...] = (),
+    draft_lookup: bool = False,
 ) -> list[System]:
     """The target alone, each drafter (and, per confidence threshold, the same drafter stopping its rounds early
-    at the first drafted token it gives less than that probability), and optionally prompt lookup."""
+    at the first drafted token it gives less than that probability), and optionally prompt lookup.
+
+    `draft_lookup`: each drafter twice, as a chain only (`draft_lookup=False`, row NAME) and hybrid with prompt
+    lookup (`draft_lookup=True`, row NAME+lookup); otherwise each drafter runs with its own defaults."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
         if num_speculative_tokens:
             kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
+        if draft_lookup:
+            kwargs["draft_lookup"] = False
+            systems.append(System(f"{name}+lookup", "drafter", drafter, dict(kwargs, draft_lookup=True), base=name))
         systems.append(System(name, "drafter", drafter, kwargs, base=name))
         for threshold in confidence_thresholds:
             variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
@@ -149,6 +156,7 @@ def run_benchmark(
     prompt_lookup: int | None = None,
     num_speculative_tokens: int | None = None,
     confidence_thresholds: tuple[float, ...] = (),
+    draft_lookup: bool = False,
     reference: str | None = None,
     context_length: int = 256,
     timing_repeats: int = 20,
@@ -172,7 +180,7 @@ def run_benchmark(
         reference = next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
     elif reference not in drafters:
         raise ValueError(f"`reference` ({reference!r}) is not one of the drafters: {list(drafters)}.")
-    systems = build_systems(drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds)
+    systems = build_systems(drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds, draft_lookup)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_prompt(tokenizer, q["prompt"]) for q in questions]
 
@@ -240,6 +248,7 @@ def run_benchmark(
             "num_questions": len(questions),
             "num_speculative_tokens": num_speculative_tokens,
             "confidence_thresholds": list(confidence_thresholds),
+            "draft_lookup": draft_lookup,
             "prompt_lookup_num_tokens": prompt_lookup,
             "reference": reference,
             "device": str(target.device),

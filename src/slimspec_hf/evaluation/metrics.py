@@ -219,7 +219,7 @@ def measure_round_costs(
     cache = SlimSpecDrafterCache()
     features = torch.randn(1, context_length, 3 * cfg.target_hidden_size, generator=generator).to(device, dtype)
     tokens = torch.randint(vocab, (1, context_length), generator=generator).to(device)
-    drafter(input_ids=tokens, hidden_states=features, cache=cache, use_cache=True, logits_to_keep=-1)
+    drafter(input_ids=tokens, target_features=features, cache=cache, use_cache=True, logits_to_keep=-1)
     step_token = tokens[:, -1:]
     step_state = torch.randn(1, 1, cfg.hidden_size, generator=generator).to(device, dtype)
 

@@ -482,7 +482,7 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
         if ids.shape[1] < 2:
             continue
         features, final = target_features(target, ids, layer_ids)
-        drafted = drafter(input_ids=ids[:, 1:], hidden_states=features[:, :-1], logits_to_keep=-1).hidden_states
+        drafted = drafter(input_ids=ids[:, 1:], target_features=features[:, :-1], logits_to_keep=-1).hidden_states
         heads.append(final[0, 1:].float().cpu())
         states.append(drafter.norm(drafted)[0].float().cpu())
     if not heads:
