@@ -590,7 +590,7 @@ def test_export_eagle3_safeailab_round_trip(tmp_path, target, head_type):
     out = export_eagle3(drafter, tmp_path / "export")
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
-    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]  # layer outputs: SlimSpec id - 1
+    assert "eagle_config" not in cfg  # EAGLE-3's default layers {2, L//2, L-3}: every reader assumes them
     from safetensors.torch import load_file
 
     tensors = load_file(str(out / "model.safetensors"))
@@ -603,6 +603,15 @@ def test_export_eagle3_safeailab_round_trip(tmp_path, target, head_type):
         a, b = drafter(input_ids=ids, hidden_states=feats).logits, back(input_ids=ids, hidden_states=feats).logits
     assert torch.equal(torch.isinf(a), torch.isinf(b))
     torch.testing.assert_close(b[torch.isfinite(b)], a[torch.isfinite(a)], atol=ATOL, rtol=0)
+
+
+def test_export_eagle3_writes_other_layer_ids_as_sglang_layer_outputs(tmp_path, target):
+    from .conftest import make_tiny_drafter
+
+    drafter = make_tiny_drafter(target, head_type="full", target_layer_ids=[1, 3, 6])
+    cfg = json.loads((export_eagle3(drafter, tmp_path / "export") / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+    assert convert_eagle3(tmp_path / "export", target, head_type="full").config.target_layer_ids == [1, 3, 6]
 
 
 def test_export_eagle3_refuses_norm_before_residual(tmp_path, target):

@@ -811,9 +811,11 @@ def export_eagle3(
     SGLang, SpecForge and OpenVINO GenAI read. The head is merged into a dense one (as for speculators); `d2t`
     (zeros) and `t2d` (all true) are always written, since SafeAILab's model registers both buffers.
 
-    SafeAILab stores no layer ids: they are written as SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids`
-    (layer outputs, i.e. SlimSpec id − 1). A residual after `hidden_norm` (`norm_before_residual`) has no
-    SafeAILab counterpart and is refused.
+    SafeAILab stores no layer ids: every reader assumes the inputs of target layers {2, L//2, L-3}. Other ids are
+    written as SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids` (layer outputs: SlimSpec id − 1),
+    which vLLM reads as layer inputs — so such a drafter is only right in SGLang (a warning says so). A residual
+    after `hidden_norm` (`norm_before_residual`) has no SafeAILab counterpart and is refused. vLLM refuses a `d2t`
+    for a full-vocabulary head: serve vLLM the `speculators` (or `vllm`) export.
     """
     drafter = _exportable(drafter)
     cfg = drafter.config
@@ -840,8 +842,16 @@ def export_eagle3(
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": cfg.eos_token_id,
         "pad_token_id": cfg.pad_token_id,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in cfg.target_layer_ids]},
     }
+    L = cfg.target_num_hidden_layers
+    if L is None or sorted(cfg.target_layer_ids) != sorted({2, L // 2, L - 3}):
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in cfg.target_layer_ids]}
+        logger.warning(
+            "`target_layer_ids` %s are not EAGLE-3's default {2, L//2, L-3}: written as SGLang's layer-output ids %s, "
+            "which vLLM would read as layer inputs; serve vLLM the speculators export.",
+            list(cfg.target_layer_ids),
+            config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+        )
     if cfg.target_hidden_size != cfg.hidden_size:
         config["target_hidden_size"] = cfg.target_hidden_size
     return write_export(out_dir, tensors, config, dtype)
