@@ -831,7 +831,9 @@ def export_eagle3(
         )
     dtype = dtype or drafter.fc.weight.dtype
     tensors, draft_vocab = speculators_state_dict(drafter)
-    tensors = {("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()}
+    tensors = {
+        ("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()
+    }
     if "d2t" not in tensors:
         tensors.update(token_maps(torch.arange(draft_vocab), cfg.vocab_size))
     layer = speculators_config(drafter, draft_vocab, dtype)["transformer_layer_config"]

@@ -14,7 +14,11 @@ import os
 import time
 
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def describe_drafter(worker, probe_seed: int = 0, probe_rows: int = 2) -> dict | None:
@@ -103,11 +107,13 @@ def run(args) -> dict:
         "runs": [],
     }
     for batch in args.batch_sizes:
-        # batch prompts in flight at once, `rounds` times over distinct prompts (cycling through the file)
-        chosen = [texts[(batch * r + i) % len(texts)] for r in range(args.rounds) for i in range(batch)]
+        # `batch` prompts in flight at once, over distinct prompts (cycling through the file), at least
+        # `min_requests` requests in all
+        rounds = max(args.rounds, -(-args.min_requests // batch))
+        chosen = [texts[(batch * r + i) % len(texts)] for r in range(rounds) for i in range(batch)]
         before = _counters(llm)
         outputs, elapsed = [], 0.0
-        for r in range(args.rounds):
+        for r in range(rounds):
             start = time.perf_counter()
             outputs += llm.generate(chosen[r * batch : (r + 1) * batch], params, use_tqdm=False)
             elapsed += time.perf_counter() - start
@@ -115,7 +121,9 @@ def run(args) -> dict:
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
         drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
         accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
-        per_pos = [a - (before["per_pos"][i] if i < len(before["per_pos"]) else 0.0) for i, a in enumerate(after["per_pos"])]
+        per_pos = [
+            a - (before["per_pos"][i] if i < len(before["per_pos"]) else 0.0) for i, a in enumerate(after["per_pos"])
+        ]
         result["runs"].append(
             {
                 "batch": batch,
@@ -140,7 +148,8 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", required=True, help="JSONL of MT-Bench questions ({'turns': [...]}) or strings")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
-    parser.add_argument("--rounds", type=int, default=1, help="generate() calls per batch size")
+    parser.add_argument("--rounds", type=int, default=1, help="generate() calls per batch size (at least)")
+    parser.add_argument("--min-requests", type=int, default=1, help="requests per batch size (at least)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--num-speculative-tokens", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
