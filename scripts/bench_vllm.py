@@ -19,6 +19,7 @@ Writes `results.json` (everything, texts included) and `results.md` (the table) 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +34,23 @@ DEFAULT_PROMPTS = (
 SETTINGS = ("no speculation", "merged full head", "SlimSpec low-rank head")
 
 
+def run_in_own_session(cmd, timeout, **kwargs) -> subprocess.CompletedProcess:
+    """Runs an engine process in its own session (vLLM tears down its process group on exit, which would take
+    the caller with it); on timeout the whole group, workers included, is killed: no engine is left running."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))} ran past {timeout} s and was killed:\n{stderr[-4000:]}"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def run_engine(args, target, draft, out: Path) -> dict:
     cmd = [sys.executable, "-m", "slimspec_hf.integrations.vllm.runner", "--target", str(target)]
     cmd += ["--prompts", str(args.prompts), "--out", str(out), "--dtype", args.dtype]
@@ -41,7 +59,7 @@ def run_engine(args, target, draft, out: Path) -> dict:
     if draft is not None:
         cmd += ["--draft", str(draft)]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.engine_timeout)
+    proc = run_in_own_session(cmd, args.engine_timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     result = json.loads(out.read_text())

@@ -8,6 +8,7 @@ memory bounded): the target alone, the target + the plugin's low-rank drafter, t
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,15 +73,32 @@ def prompts(tmp_path_factory):
     return path
 
 
+def run_in_own_session(cmd, timeout, **kwargs) -> subprocess.CompletedProcess:
+    """Runs an engine process in its own session (vLLM tears down its process group on exit, which would take
+    the caller with it); on timeout the whole group, workers included, is killed: no engine is left running."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))} ran past {timeout} s and was killed:\n{stderr[-4000:]}"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def run_engine(target_dir, prompts, out, draft=None) -> dict:
     """One vLLM engine in a subprocess: NUM_PROMPTS requests one after another (batch 1), then all at once."""
     cmd = [sys.executable, "-m", "slimspec_hf.integrations.vllm.runner", "--target", str(target_dir)]
     cmd += ["--prompts", str(prompts), "--out", str(out), "--max-tokens", str(MAX_TOKENS), "--dtype", "float32"]
-    cmd += ["--batch-sizes", "1", str(NUM_PROMPTS), "--rounds", "1"]
+    cmd += ["--batch-sizes", "1", str(NUM_PROMPTS), "--min-requests", str(NUM_PROMPTS)]
     if draft is not None:
         cmd += ["--draft", str(draft)]
     env = {**os.environ, **ENGINE_ENV}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S, cwd=out.parent)
+    proc = run_in_own_session(cmd, ENGINE_TIMEOUT_S, env=env, cwd=out.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(Path(out).read_text())
 
