@@ -2,6 +2,7 @@
 """Runs one vLLM engine (a target, with or without an EAGLE-3 drafter) over prompts at several batch sizes and
 writes what it measured as JSON: the texts (greedy), tokens/s, spec-decode counters, and what the loaded drafter's
 head is made of. One engine per process: `scripts/bench_vllm.py` and `tests/test_vllm.py` start one per setting.
+With `--interleave DRAFT...` it keeps one engine per drafter alive instead and times them in turns (throughput only).
 
     python -m slimspec_hf.integrations.vllm.runner --target DIR [--draft DIR] --prompts FILE --out result.json
 
@@ -141,10 +142,77 @@ def run(args) -> dict:
     return result
 
 
+def run_interleaved(args) -> dict:
+    """Several engines alive in one process, timed in turns: for each batch size and round, every engine generates
+    the same requests, in an order rotated each round. On a shared CPU this pairs the settings under the same load,
+    which sequential runs (one engine after another) cannot. Spec-decode counters are off here (vLLM's Prometheus
+    collectors are per process, not per engine): take tau from sequential runs."""
+    from vllm import LLM, SamplingParams
+
+    prompts = [json.loads(line) for line in open(args.prompts)]
+    prompts = [p["turns"][0] if isinstance(p, dict) else str(p) for p in prompts]
+    engines = []
+    for draft in args.interleave:
+        kwargs = {}
+        if draft != "none":
+            kwargs["speculative_config"] = {
+                "method": "eagle3",
+                "model": draft,
+                "num_speculative_tokens": args.num_speculative_tokens,
+            }
+        llm = LLM(
+            model=args.target,
+            dtype=args.dtype,
+            max_model_len=args.max_model_len,
+            max_num_seqs=max(args.batch_sizes),
+            enforce_eager=True,
+            seed=0,
+            **kwargs,
+        )
+        engines.append(llm)
+    tokenizer = engines[0].get_tokenizer()
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    for llm in engines:
+        llm.generate(texts[:2], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)  # warm-up
+    result = {"target": args.target, "drafts": args.interleave, "dtype": args.dtype, "runs": []}
+    for batch in args.batch_sizes:
+        rounds = max(args.rounds, -(-args.min_requests // batch))
+        tokens, seconds = [0] * len(engines), [0.0] * len(engines)
+        for r in range(rounds):
+            chosen = [texts[(batch * r + i) % len(texts)] for i in range(batch)]
+            for j in range(len(engines)):
+                e = (j + r) % len(engines)
+                start = time.perf_counter()
+                outputs = engines[e].generate(chosen, params, use_tqdm=False)
+                seconds[e] += time.perf_counter() - start
+                tokens[e] += sum(len(o.outputs[0].token_ids) for o in outputs)
+        result["runs"].append(
+            {
+                "batch": batch,
+                "rounds": rounds,
+                "tokens": tokens,
+                "seconds": seconds,
+                "tok_per_s": [t / s for t, s in zip(tokens, seconds)],
+            }
+        )
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slimspec_hf.integrations.vllm.runner", description=__doc__)
     parser.add_argument("--target", required=True, help="local HF folder of the target")
     parser.add_argument("--draft", default=None, help="EAGLE-3 drafter folder (speculators, SafeAILab or --to vllm)")
+    parser.add_argument(
+        "--interleave",
+        nargs="+",
+        default=None,
+        metavar="DRAFT",
+        help="throughput only: one engine per DRAFT folder ('none': no speculation), all alive, timed in turns",
+    )
     parser.add_argument("--prompts", required=True, help="JSONL of MT-Bench questions ({'turns': [...]}) or strings")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
@@ -157,7 +225,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     # describe_drafter is a callable sent to the worker process
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    result = run(args)
+    result = run_interleaved(args) if args.interleave else run(args)
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1)
     return 0
