@@ -15,7 +15,8 @@ time of generate().
     OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind \\
         .venv-vllm/bin/python scripts/bench_vllm.py --dtype float32 --out-dir runs/bench_vllm
 
-Writes `results.json` (everything, texts included) and `results.md` (the table) into `--out-dir`.
+Writes `results.json` (everything, texts included) and `results.md` (the table) into `--out-dir`. `--head-only`
+times the head alone (dense vs the two factors) as vLLM's CPU backend runs linear layers, without an engine.
 """
 
 import argparse
@@ -105,6 +106,46 @@ def table(interleaved: dict, sequential: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def head_only(args) -> str:
+    """The drafter's head alone as vLLM's CPU backend runs linear layers (`dispatch_cpu_unquantized_gemm`): dense
+    V×d vs down (r×d) then up (V×r), random weights of the drafter's shapes, per batch size (ms per call)."""
+    import torch
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    from slimspec_hf import SlimSpecDrafterConfig
+
+    cfg = SlimSpecDrafterConfig.from_pretrained(args.drafter)
+    d, V, r = cfg.hidden_size, cfg.vocab_size, cfg.head_rank
+    dtype = getattr(torch, args.dtype)
+
+    def layer(rows, cols):
+        module = torch.nn.Module()
+        module.weight = torch.nn.Parameter(torch.randn(rows, cols).mul(0.02).to(dtype), requires_grad=False)
+        dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+        return lambda x: module.cpu_linear(x, module.weight, None)
+
+    dense, down, up = layer(V, d), layer(r, d), layer(V, r)
+
+    def ms(fn, x, n=20):
+        fn(x)
+        start = time.perf_counter()
+        for _ in range(n):
+            fn(x)
+        return (time.perf_counter() - start) / n * 1e3
+
+    lines = [
+        f"head alone, {args.dtype}, torch threads {torch.get_num_threads()}: d {d}, V {V}, r {r}",
+        "",
+        "| batch | dense V×d (ms) | down then up (ms) | ratio |",
+        "|---:|---:|---:|---:|",
+    ]
+    for batch in args.batch_sizes:
+        x = torch.randn(batch, d).to(dtype)
+        t_dense, t_low = ms(dense, x), ms(lambda h: up(down(h)), x)
+        lines.append(f"| {batch} | {t_dense:.2f} | {t_low:.2f} | {t_dense / t_low:.1f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafter", default=str(DEFAULT_DRAFTER), help="SlimSpec drafter folder (low-rank head)")
@@ -117,7 +158,11 @@ def main(argv=None) -> int:
     parser.add_argument("--num-speculative-tokens", type=int, default=3)
     parser.add_argument("--engine-timeout", type=int, default=900, help="seconds per engine process")
     parser.add_argument("--out-dir", default="runs/bench_vllm")
+    parser.add_argument("--head-only", action="store_true", help="time the head alone (no engine) and exit")
     args = parser.parse_args(argv)
+    if args.head_only:
+        print(head_only(args))
+        return 0
 
     import torch
 
