@@ -51,7 +51,8 @@ EAGLE_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 CONVERT_HEAD_TYPES = ("low_rank", "full", "trimmed")
 HEAD_INITS = ("svd", "random")
 # speculators: merged head, any engine reading speculators EAGLE-3 (vLLM); eagle3: SafeAILab layout, merged head
-# (SGLang, OpenVINO GenAI); vllm: speculators layout with the two head factors, for the package's vLLM plugin.
+# (SGLang, OpenVINO GenAI); vllm: the two head factors, speculators weight names, a plain EAGLE-3 config naming the
+# package's vLLM plugin class.
 EXPORT_FORMATS = ("speculators", "eagle3", "vllm")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A stored drafter embedding counts as "the target's" when ‖E_src − E_target‖_F ≤ tol · ‖E_target‖_F; 1e-2 covers
@@ -758,7 +759,7 @@ def export_speculators(
     plain EAGLE-3 drafter, without the low-rank speed-up (`slimspec export --to vllm` keeps the factors for the
     package's vLLM plugin). `dtype` defaults to the drafter's.
     """
-    drafter = _exportable(drafter)
+    drafter = load_exportable(drafter)
     dtype = dtype or drafter.fc.weight.dtype
     tensors, draft_vocab = speculators_state_dict(drafter)
     config = speculators_config(drafter, draft_vocab, dtype, verifier_name_or_path)
@@ -767,7 +768,7 @@ def export_speculators(
     return write_export(out_dir, tensors, config, dtype)
 
 
-def _exportable(drafter) -> SlimSpecDrafterForCausalLM:
+def load_exportable(drafter) -> SlimSpecDrafterForCausalLM:
     """The drafter (loaded if a folder is given), checked for what every export format needs."""
     if not isinstance(drafter, SlimSpecDrafterForCausalLM):
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(drafter)
@@ -817,7 +818,7 @@ def export_eagle3(
     after `hidden_norm` (`norm_before_residual`) has no SafeAILab counterpart and is refused. vLLM refuses a `d2t`
     for a full-vocabulary head: serve vLLM the `speculators` (or `vllm`) export.
     """
-    drafter = _exportable(drafter)
+    drafter = load_exportable(drafter)
     cfg = drafter.config
     if cfg.norm_before_residual:
         raise ValueError(
@@ -992,6 +993,7 @@ __all__ = [
     "export_eagle3",
     "token_maps",
     "write_export",
+    "load_exportable",
     "main_convert",
     "main_export",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ...convert import _exportable, speculators_config, speculators_state_dict, write_export
+from ...convert import load_exportable, speculators_config, speculators_state_dict, write_export
 from ...modeling_slimspec import LowRankHead, SlimSpecDrafterForCausalLM
 from . import ARCHITECTURE
 
@@ -69,7 +69,7 @@ def export_vllm(
     verifier_name_or_path: str | None = None,
 ) -> Path:
     """Writes `drafter` (or the folder it names) for the slimspec vLLM plugin; `dtype` defaults to the drafter's."""
-    drafter = _exportable(drafter)
+    drafter = load_exportable(drafter)
     dtype = dtype or drafter.fc.weight.dtype
     tensors = vllm_state_dict(drafter)
     return write_export(out_dir, tensors, vllm_config(drafter, dtype, verifier_name_or_path), dtype)
