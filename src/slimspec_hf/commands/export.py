@@ -1,11 +1,11 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""`slimspec export`: a SlimSpec drafter as a speculators EAGLE-3 checkpoint (merged dense head) for vLLM."""
+"""`slimspec export`: a SlimSpec drafter as an EAGLE-3 checkpoint for serving engines (speculators, eagle3, vllm)."""
 
 import argparse
 
-from ..interop.export import EXPORT_FORMATS, export_speculators
+from ..interop.export import EXPORT_FORMATS, export_eagle3, export_speculators
 from ..modeling_slimspec import SlimSpecDrafterForCausalLM
-from ..targets import DTYPE_CHOICES, resolve_dtype
+from ..targets import DTYPE_CHOICES, embedded_target_dir, is_embedded, resolve_dtype
 from .common import error_boundary
 
 
@@ -13,7 +13,9 @@ from .common import error_boundary
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec export",
-        description="Export a SlimSpec drafter as a speculators EAGLE-3 checkpoint (merged dense head) for vLLM.",
+        description="Export a SlimSpec drafter as an EAGLE-3 checkpoint: speculators (merged dense head, vLLM), "
+        "eagle3 (SafeAILab layout, merged head: SGLang, OpenVINO GenAI) or vllm (speculators layout keeping the "
+        "low-rank factors, served by the slimspec vLLM plugin).",
     )
     parser.add_argument("--to", dest="fmt", choices=EXPORT_FORMATS, required=True, help="output format")
     parser.add_argument("src", help="folder of the SlimSpec drafter")
@@ -21,12 +23,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", choices=DTYPE_CHOICES, default="auto", help="weight dtype (default auto: the drafter's own)"
     )
-    parser.add_argument("--verifier", default=None, help="target name recorded in the checkpoint (default: config's)")
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        help="target (Hub id or local folder) recorded in speculators_config.verifier.name_or_path, which the "
+        "speculators library loads; 'embedded' writes the local folder of the embedded SmolLM2 (default: config's)",
+    )
     args = parser.parse_args(argv)
     drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.src)
     dtype = None if args.dtype == "auto" else resolve_dtype(args.dtype)
-    out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=args.verifier)
-    head = drafter.config.head_type
-    note = " (low-rank head merged into a dense V×d head)" if head == "low_rank" else ""
-    print(f"exported {args.src} as a speculators EAGLE-3 checkpoint{note}: {out}")
+    verifier = args.verifier
+    if verifier is not None and args.fmt != "eagle3":
+        verifier = str(embedded_target_dir()) if is_embedded(verifier) else verifier
+    if args.fmt == "speculators":
+        out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
+    elif args.fmt == "eagle3":
+        out = export_eagle3(drafter, args.out, dtype=dtype)
+    else:
+        from ..integrations.vllm.export import export_vllm
+
+        out = export_vllm(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
+    merged = drafter.config.head_type == "low_rank" and args.fmt != "vllm"
+    note = " (low-rank head merged into a dense V×d head)" if merged else ""
+    layout = {"speculators": "speculators EAGLE-3", "eagle3": "SafeAILab EAGLE-3", "vllm": "SlimSpec vLLM"}[args.fmt]
+    print(f"exported {args.src} as a {layout} checkpoint{note}: {out}")
     return 0

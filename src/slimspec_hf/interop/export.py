@@ -1,8 +1,11 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""SlimSpec drafters → speculators-format EAGLE-3 checkpoints (`slimspec export --to speculators`).
+"""SlimSpec drafters → EAGLE-3 checkpoints for serving engines (`slimspec export --to FORMAT`).
 
-The checkpoint carries a merged, full-vocabulary head that vLLM serves; the conventions of the format are tabled in
-[`~interop.convert`], the way in.
+- `speculators`: merged dense head, speculators layout: any engine reading speculators EAGLE-3 (vLLM).
+- `eagle3`: SafeAILab layout (`midlayer.*`), merged head: SGLang, SpecForge, OpenVINO GenAI.
+- `vllm`: the two head factors kept, for the package's vLLM plugin (`integrations/vllm`).
+
+The conventions of the formats are tabled in [`~interop.convert`], the way in.
 """
 
 import logging
@@ -17,7 +20,7 @@ from ..utils import atomic_path, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
-EXPORT_FORMATS = ("speculators",)
+EXPORT_FORMATS = ("speculators", "eagle3", "vllm")
 
 
 @torch.no_grad()
@@ -50,11 +53,18 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
         tensors["layers.0." + name] = value
     tensors["lm_head.weight"] = weight
     draft_vocab = weight.shape[0]
-    tensors["d2t"] = (token_ids - torch.arange(draft_vocab)).long()  # zeros for a full-vocabulary head
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[token_ids] = True  # all true for a full-vocabulary head
-    tensors["t2d"] = t2d
+    # vLLM creates `draft_id_to_target_id` only when draft_vocab_size < vocab_size (and refuses a `d2t` otherwise);
+    # the speculators library reads none for a full-vocabulary head either.
+    if draft_vocab < vocab_size:
+        tensors.update(token_maps(token_ids, vocab_size))
     return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, draft_vocab
+
+
+def token_maps(token_ids: torch.Tensor, vocab_size: int) -> dict[str, torch.Tensor]:
+    """EAGLE-3's `d2t` (target id = draft id + d2t[draft id]) and `t2d` (draft-token mask) for head rows `token_ids`."""
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[token_ids] = True
+    return {"d2t": (token_ids - torch.arange(token_ids.numel())).long(), "t2d": t2d}
 
 
 def speculators_config(
@@ -126,11 +136,21 @@ def export_speculators(
 ) -> Path:
     """Writes `drafter` (or the SlimSpec drafter folder it names) as a speculators EAGLE-3 checkpoint.
 
-    The low-rank head is merged into a dense V×d head (draft_vocab_size = V, `d2t` zeros, `t2d` all true): vLLM
-    serves it as a plain EAGLE-3 drafter, without the low-rank speed-up. `dtype` defaults to the drafter's.
+    The low-rank head is merged into a dense V×d head (draft_vocab_size = V, no `d2t`/`t2d`): vLLM serves it as a
+    plain EAGLE-3 drafter, without the low-rank speed-up (`slimspec export --to vllm` keeps the factors for the
+    package's vLLM plugin). `dtype` defaults to the drafter's.
     """
-    from safetensors.torch import save_file
+    drafter = load_exportable(drafter)
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors, draft_vocab = speculators_state_dict(drafter)
+    config = speculators_config(drafter, draft_vocab, dtype, verifier_name_or_path)
+    if config["speculators_config"]["verifier"]["name_or_path"] is None:
+        logger.warning("The drafter names no target (`target_model_name_or_path`); pass `verifier_name_or_path`.")
+    return write_export(out_dir, tensors, config, dtype)
 
+
+def load_exportable(drafter) -> SlimSpecDrafterForCausalLM:
+    """The drafter (loaded if a folder is given), checked for what every export format needs."""
     if not isinstance(drafter, SlimSpecDrafterForCausalLM):
         drafter = SlimSpecDrafterForCausalLM.from_pretrained(drafter)
     if drafter.config.target_layer_ids is None:
@@ -142,12 +162,14 @@ def export_speculators(
             "is post-norm, vLLM's layer id of the same number is the pre-norm output, so vLLM would feed this drafter "
             "other features."
         )
-    dtype = dtype or drafter.fc.weight.dtype
-    tensors, draft_vocab = speculators_state_dict(drafter)
+    return drafter
+
+
+def write_export(out_dir, tensors: dict[str, torch.Tensor], config: dict, dtype: torch.dtype) -> Path:
+    """Writes `model.safetensors` (floating tensors cast to `dtype`) and `config.json` into `out_dir`, atomically."""
+    from safetensors.torch import save_file
+
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    config = speculators_config(drafter, draft_vocab, dtype, verifier_name_or_path)
-    if config["speculators_config"]["verifier"]["name_or_path"] is None:
-        logger.warning("The drafter names no target (`target_model_name_or_path`); pass `verifier_name_or_path`.")
     out = Path(out_dir)
     with atomic_path(out / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
@@ -155,4 +177,71 @@ def export_speculators(
     return out
 
 
-__all__ = ["EXPORT_FORMATS", "speculators_state_dict", "speculators_config", "export_speculators"]
+def export_eagle3(
+    drafter: SlimSpecDrafterForCausalLM | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Writes `drafter` as a SafeAILab EAGLE-3 checkpoint (`LlamaForCausalLMEagle3`, `midlayer.*`), the layout
+    SGLang, SpecForge and OpenVINO GenAI read. The head is merged into a dense one (as for speculators); `d2t`
+    (zeros) and `t2d` (all true) are always written, since SafeAILab's model registers both buffers.
+
+    SafeAILab stores no layer ids: every reader assumes the inputs of target layers {2, L//2, L-3}. Other ids are
+    written as SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids` (layer outputs: SlimSpec id − 1),
+    which vLLM reads as layer inputs — so such a drafter is only right in SGLang (a warning says so). A residual
+    after `hidden_norm` (`norm_before_residual`) has no SafeAILab counterpart and is refused. vLLM refuses a `d2t`
+    for a full-vocabulary head: serve vLLM the `speculators` (or `vllm`) export.
+    """
+    drafter = load_exportable(drafter)
+    cfg = drafter.config
+    if cfg.norm_before_residual:
+        raise ValueError(
+            "`norm_before_residual` is true, but SafeAILab's EAGLE-3 layer always adds the un-normed fused state; "
+            "export this drafter with --to speculators (or --to vllm) instead."
+        )
+    if 0 in cfg.target_layer_ids:
+        raise ValueError(
+            f"`target_layer_ids` {cfg.target_layer_ids} includes 0 (the embeddings), which SGLang's layer-output ids "
+            "cannot name; export with --to speculators instead."
+        )
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors, draft_vocab = speculators_state_dict(drafter)
+    tensors = {
+        ("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()
+    }
+    if "d2t" not in tensors:
+        tensors.update(token_maps(torch.arange(draft_vocab), cfg.vocab_size))
+    layer = speculators_config(drafter, draft_vocab, dtype)["transformer_layer_config"]
+    config = {
+        **layer,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "draft_vocab_size": int(draft_vocab),
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "pad_token_id": cfg.pad_token_id,
+    }
+    num_layers = cfg.target_num_hidden_layers
+    if num_layers is None or sorted(cfg.target_layer_ids) != sorted({2, num_layers // 2, num_layers - 3}):
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in cfg.target_layer_ids]}
+        logger.warning(
+            "`target_layer_ids` %s are not EAGLE-3's default {2, L//2, L-3}: written as SGLang's layer-output ids %s, "
+            "which vLLM would read as layer inputs; serve vLLM the speculators export.",
+            list(cfg.target_layer_ids),
+            config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+        )
+    if cfg.target_hidden_size != cfg.hidden_size:
+        config["target_hidden_size"] = cfg.target_hidden_size
+    return write_export(out_dir, tensors, config, dtype)
+
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "speculators_state_dict",
+    "speculators_config",
+    "token_maps",
+    "load_exportable",
+    "write_export",
+    "export_speculators",
+    "export_eagle3",
+]
