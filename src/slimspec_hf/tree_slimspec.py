@@ -157,15 +157,19 @@ class _TreeDecoder:
         last_position = positions[committed - 1]
         frontier, logits = [_ROOT], root_logits[None]  # (F, V)
         for level in range(1, max_depth + 1):
-            if self.processors is not None:
-                paths = torch.tensor([[tree.token[n] for n in tree.path(v)] for v in frontier], dtype=torch.long)
-                ids = torch.cat([input_ids.expand(len(frontier), -1), paths.to(input_ids.device)], dim=-1)
-                logits = self.process(ids, logits)
+            if (
+                self.processors is not None
+            ):  # row by row: processors are built for the batch of 1 (e.g. prompt lengths)
+                rows = []
+                for f, node in enumerate(frontier):
+                    path = torch.tensor([[tree.token[n] for n in tree.path(node)]], dtype=torch.long)
+                    rows.append(self.process(torch.cat([input_ids, path.to(input_ids.device)], -1), logits[f : f + 1]))
+                logits = torch.cat(rows)
             logq = torch.log_softmax(logits.float(), dim=-1)  # (F, V)
             children = []
             if self.do_sample:
                 q = logq.exp()
-                draws = torch.multinomial(q, k, replacement=True)  # (F, k): i.i.d. draws, see the module docstring
+                draws = self.draw_children(q, k)  # (F, k)
                 draw_logq = logq.gather(-1, draws).tolist()
                 for f, parent in enumerate(frontier):
                     tree.q[parent] = q[f]
@@ -210,6 +214,16 @@ class _TreeDecoder:
             for f, node in enumerate(frontier):
                 tree.state[node] = out.hidden_states[0, f]
         return tree
+
+    @staticmethod
+    def draw_children(q: torch.Tensor, k: int) -> torch.LongTensor:
+        """k children per row of q (F, V), drawn i.i.d. (with replacement): what makes the acceptance lossless."""
+        return torch.multinomial(q, k, replacement=True)  # (F, k)
+
+    @staticmethod
+    def accepts(p: torch.Tensor, q: torch.Tensor, token: int) -> bool:
+        """Speculative sampling's test: accept a draw x ~ q with probability min(1, p(x) / q(x))."""
+        return float(torch.rand(())) * float(q[token]) < float(p[token])
 
     @staticmethod
     def _score(tree: _Round, node: int) -> float:
@@ -287,7 +301,7 @@ class _TreeDecoder:
             if node in tree.draws:
                 q = tree.q[node].to(p.device)
                 for token, child in tree.draws[node]:
-                    if float(torch.rand(())) * float(q[token]) < float(p[token]):
+                    if self.accepts(p, q, token):
                         accepted = (token, child)
                         break
                     residual = (p - q).clamp(min=0)
