@@ -40,7 +40,6 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .generation_slimspec import SlimSpecGenerationStats, validate_pairing
-from .modeling_slimspec import SlimSpecDrafterCache
 
 
 _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep"}
@@ -114,6 +113,8 @@ class _TreeDecoder:
         self.do_sample = bool(generation_config.do_sample)
         self.processors = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.max_length = generation_config.max_length
+        from .modeling_slimspec import SlimSpecDrafterCache  # lazy, as in generation_slimspec: no import cycle
+
         self.cache = SlimSpecDrafterCache()
         self.committed = 0  # drafter positions computed from target features
         self.stats = SlimSpecGenerationStats()
@@ -369,6 +370,12 @@ def tree_decoding(
     unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
     if unknown:
         raise ValueError(f"SlimSpec tree decoding supports text-only decoder inputs; got model kwargs {unknown}.")
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention not in (None, "sdpa", "eager"):
+        raise ValueError(
+            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
+            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`.'
+        )
     validate_pairing(drafter, model)
     drafter.attach_target(model)
 
