@@ -28,6 +28,7 @@ def test_shipped_folder_is_complete_small_and_bf16():
         "modeling_slimspec.py",
         "generation_slimspec.py",
         "heads_slimspec.py",
+        "tree_slimspec.py",
     ):
         assert (folder / name).is_file(), name
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())

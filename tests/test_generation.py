@@ -601,3 +601,26 @@ def test_hybrid_sampling_matches_the_target_distribution():
         SlimSpecCandidateGenerator.get_candidates = original
     stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
     assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats
+
+
+@pytest.mark.parametrize("head", ["low_rank", "full"])
+def test_tree_settings_route_generate_to_tree_decoding(head):
+    """`draft_tree_size` > 0 (a generate() keyword or the drafter's generation_config) drafts a tree; 0 a chain."""
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, head)
+    ids = torch.tensor([[3, 9, 27, 81, 3, 9]])
+    plain = target.generate(ids, max_new_tokens=24, do_sample=False)
+    tree = target.generate(
+        ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, draft_tree_size=8, draft_tree_depth=3
+    )
+    assert tree.tolist() == plain.tolist()
+    tree_stats = drafter.last_generation_stats
+    assert tree_stats.drafted_tokens / tree_stats.rounds > 3  # up to 8 nodes a round, not a chain of k
+    drafter.generation_config.draft_tree_size = 8
+    assert target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter).tolist() == plain.tolist()
+    assert drafter.last_generation_stats.drafted_tokens == tree_stats.drafted_tokens
+    chain = target.generate(
+        ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, draft_tree_size=0, num_assistant_tokens=2
+    )
+    assert chain.tolist() == plain.tolist()
+    assert drafter.last_generation_stats.drafted_tokens / drafter.last_generation_stats.rounds <= 2

@@ -176,7 +176,7 @@ def test_tree_forward_matches_each_path_run_as_a_chain():
         cache = SlimSpecDrafterCache()
         with torch.no_grad():
             chain = drafter(
-                input_ids=ids[:, 1:], hidden_states=features, cache=cache, use_cache=True, logits_to_keep=1
+                input_ids=ids[:, 1:], target_features=features, cache=cache, use_cache=True, logits_to_keep=1
             )
             state = chain.hidden_states[:, -1:]
             for j, step in enumerate(path):

@@ -159,17 +159,19 @@ class SlimSpecGenerationStats:
             if rounds
         }
 
-    def record(self, source: str, drafted: int, accepted: int) -> None:
-        """Counts one verified round."""
+    def record(self, source: str, drafted: int, accepted: int, positions: int | None = None) -> None:
+        """Counts one verified round: `drafted` tokens verified, `accepted` of them kept, over `positions` draft
+        positions (default `drafted`, a chain; a tree's depth)."""
+        positions = drafted if positions is None else positions
         self.rounds += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
         self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
-        while len(self.drafted_per_position) < drafted:
+        while len(self.drafted_per_position) < positions:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
-        for i in range(drafted):
+        for i in range(positions):
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += int(i < accepted)
 
@@ -423,8 +425,8 @@ def _is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
-_HOOK_VERSION = 3  # 1: `_get_candidate_generator` and the k detection; 2: + threshold; 3: DraftSettings overrides
-_HOOKED = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
+_HOOK_VERSION = 4  # 1: candidate generator + k; 2: + threshold; 3: DraftSettings overrides; 4: + tree decoding
+_HOOKED = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode", "_assisted_decoding")
 
 
 def _unwrap_slimspec(function):
@@ -448,6 +450,8 @@ def install_generation_hook() -> None:
       `generation_config` supplies the rest (see `DraftSettings`).
     - `_validate_generation_mode` checks the drafter/target pairing before transformers' own assistant checks.
     - `_get_candidate_generator` returns the SlimSpec generator, built by the drafter's own class.
+    - `_assisted_decoding` hands the call to `tree_slimspec.tree_decoding` when the resolved `draft_tree_size` > 0
+      (a dynamic draft tree verified in one target forward); chains stay with transformers' loop.
     """
     if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
         return
@@ -456,6 +460,7 @@ def install_generation_hook() -> None:
     original_get = GenerationMixin._get_candidate_generator
     original_prepare = GenerationMixin._prepare_generation_config
     original_validate = GenerationMixin._validate_generation_mode
+    original_assisted = GenerationMixin._assisted_decoding
 
     def _get_candidate_generator(
         self,
@@ -512,10 +517,36 @@ def install_generation_hook() -> None:
                 )
         return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
 
+    def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        assistant = kwargs.get("assistant_model")
+        if assistant is not None and _is_slimspec_drafter(assistant):
+            settings = DraftSettings.resolve(
+                assistant.generation_config, getattr(generation_config, "slimspec_overrides", {})
+            )
+            if settings.draft_tree_size > 0:
+                from .tree_slimspec import tree_decoding  # lazy: tree_slimspec imports this module
+
+                return tree_decoding(
+                    self,
+                    input_ids,
+                    logits_processor,
+                    stopping_criteria,
+                    generation_config,
+                    *args,
+                    tree_size=settings.draft_tree_size,
+                    tree_depth=settings.draft_tree_depth,
+                    tree_top_k=settings.draft_tree_top_k,
+                    **kwargs,
+                )
+        return original_assisted(
+            self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
+        )
+
     for wrapper, original in (
         (_get_candidate_generator, original_get),
         (_prepare_generation_config, original_prepare),
         (_validate_generation_mode, original_validate),
+        (_assisted_decoding, original_assisted),
     ):
         wrapper.__wrapped__ = original
         wrapper._slimspec_hook = _HOOK_VERSION

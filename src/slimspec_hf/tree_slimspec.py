@@ -138,7 +138,7 @@ class _TreeDecoder:
         self.cache.crop(start)
         out = self.drafter(
             input_ids=tokens,
-            hidden_states=features,
+            target_features=features,
             position_ids=positions[None, start : start + n_new].to(self.drafter.device),
             attention_mask=mask,
             cache=self.cache,
@@ -453,16 +453,8 @@ def tree_decoding(
         n_accepted = len(new_tokens) - 1
         path = path[:n_accepted]
 
-        stats.rounds += 1
-        stats.drafted_tokens += len(kept)
-        stats.accepted_tokens += n_accepted
         depth = max((tree.depth[n] for n in kept), default=0)
-        while len(stats.drafted_per_position) < depth:
-            stats.drafted_per_position.append(0)
-            stats.accepted_per_position.append(0)
-        for d in range(depth):
-            stats.drafted_per_position[d] += 1
-            stats.accepted_per_position[d] += int(d < n_accepted)
+        stats.record("drafter", len(kept), n_accepted, positions=depth)  # per-position lists are per depth
 
         keep_rows = torch.tensor([0] + [rows[n] for n in path], dtype=torch.long)
         _compact_cache(cache, cache.get_seq_length() - len(rows), keep_rows)
