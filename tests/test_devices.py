@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from slimspec_hf import SlimSpecDrafterForCausalLM
-from slimspec_hf.targets import check_drafter_placement
+from slimspec_hf.generation_slimspec import check_drafter_placement
 
 from .conftest import make_tiny_drafter, make_tiny_target
 from .test_generation import CHI2_999, HEAD_CONFIGS, _chi_square, _exact_marginals
@@ -158,11 +158,6 @@ def test_a_drafter_on_another_device_is_refused_with_both_devices_named(device):
         check_drafter_placement(target, elsewhere)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the generate hook (generation_slimspec.py) does not call the placement check yet: issue #22, the lead "
-    "wires it; then drop this marker",
-)
 def test_generate_refuses_a_drafter_on_another_device(device):
     target, drafter = _pair(device, torch.float32)
     ids = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(4)).to(device)

@@ -47,6 +47,8 @@ class DraftSettings:
         draft_lookup_min_ngram / draft_lookup_max_ngram: match lengths trusted without the drafter's agreement /
             longest suffix searched.
         draft_lookup_num_tokens: tokens drafted by a lookup round.
+        draft_lookup_extend_ngram: with `draft_lookup`, a drafter chain whose last `draft_lookup_extend_ngram`+
+            tokens occurred earlier is extended with what followed them there (verified in the same forward).
         draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
         draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
     """
@@ -54,9 +56,10 @@ class DraftSettings:
     num_assistant_tokens: int = 6
     assistant_confidence_threshold: float = 0.0
     draft_lookup: bool = False
-    draft_lookup_min_ngram: int = 3
+    draft_lookup_min_ngram: int = 2
     draft_lookup_max_ngram: int = 8
     draft_lookup_num_tokens: int = 10
+    draft_lookup_extend_ngram: int = 2
     draft_tree_size: int = 0
     draft_tree_depth: int = 4
     draft_tree_top_k: int = 4
@@ -78,6 +81,7 @@ class DraftSettings:
         positive("draft_lookup_min_ngram", self.draft_lookup_min_ngram)
         positive("draft_lookup_max_ngram", self.draft_lookup_max_ngram, self.draft_lookup_min_ngram)
         positive("draft_lookup_num_tokens", self.draft_lookup_num_tokens)
+        positive("draft_lookup_extend_ngram", self.draft_lookup_extend_ngram)
         positive("draft_tree_size", self.draft_tree_size, 0)
         positive("draft_tree_depth", self.draft_tree_depth)
         positive("draft_tree_top_k", self.draft_tree_top_k)
@@ -364,6 +368,22 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             state = out.hidden_states
         self._round = ("drafter", len(all_logits))
         candidate_logits = torch.stack(all_logits, dim=1)  # (1, k, V)
+        room = self.max_length - candidate_ids.shape[1] - 1
+        if settings.draft_lookup and room > 0 and int(candidate_ids[0, -1]) not in self.eos_token_ids:
+            # Verifying a few more tokens costs little: extend the chain with what followed its end earlier.
+            found = lookup_continuation(
+                candidate_ids[0], settings.draft_lookup_max_ngram, min(settings.draft_lookup_num_tokens, room)
+            )
+            if found is not None and found[1] >= settings.draft_lookup_extend_ngram:
+                extension = found[0].to(candidate_ids.device)
+                # a deterministic draft: q = 1 on the drafted token (lossless in speculative sampling too)
+                one_hot = torch.full(
+                    (1, extension.numel(), candidate_logits.shape[-1]), float("-inf"), device=candidate_logits.device
+                )
+                one_hot[0, torch.arange(extension.numel()), extension.to(one_hot.device)] = 0.0
+                candidate_ids = torch.cat([candidate_ids, extension[None]], dim=-1)
+                candidate_logits = torch.cat([candidate_logits, one_hot], dim=1)
+                self._round = ("drafter+lookup", candidate_logits.shape[1])
         return candidate_ids, candidate_logits
 
     def _lookup_round(self, input_ids: torch.LongTensor, continuation: torch.Tensor):
@@ -384,6 +404,22 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             return  # the prefill round: nothing was drafted, nothing verified
         source, drafted = self._round
         self.stats.record(source, drafted, int(num_matches))
+
+
+def check_drafter_placement(target, drafter) -> None:
+    """Raises one clear `ValueError` when `drafter` does not sit on `target`'s device.
+
+    The target's features are moved to the drafter and cast to its dtype, so a dtype mismatch only costs precision;
+    a device mismatch would copy every round's features and candidates between devices (or fail inside a kernel),
+    so it is refused with both devices and the fix named."""
+    target_device = next(target.parameters()).device
+    drafter_device = next(drafter.parameters()).device
+    if target_device != drafter_device:
+        raise ValueError(
+            f"The drafter is on {drafter_device} but the target is on {target_device}: the SlimSpec drafter must "
+            f"run where its target runs. Move it with `drafter.to(target.device)` (or load it with "
+            f'`device_map="{target_device}"`), then call `target.generate(..., assistant_model=drafter)` again.'
+        )
 
 
 def validate_pairing(drafter: "SlimSpecDrafterForCausalLM", target: PreTrainedModel) -> None:
@@ -507,6 +543,7 @@ def install_generation_hook() -> None:
         assistant = generation_mode_kwargs.get("assistant_model")
         if assistant is not None and _is_slimspec_drafter(assistant):
             validate_pairing(assistant, self)
+            check_drafter_placement(self, assistant)
         else:
             unused = sorted(set(getattr(generation_config, "slimspec_overrides", {})) & set(CUSTOM_SETTINGS))
             if unused:
@@ -554,6 +591,7 @@ def install_generation_hook() -> None:
 
 
 __all__ = [
+    "check_drafter_placement",
     "DraftSettings",
     "draft_generation_config",
     "lookup_continuation",

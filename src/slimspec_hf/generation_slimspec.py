@@ -56,7 +56,7 @@ class DraftSettings:
     num_assistant_tokens: int = 6
     assistant_confidence_threshold: float = 0.0
     draft_lookup: bool = False
-    draft_lookup_min_ngram: int = 3
+    draft_lookup_min_ngram: int = 2
     draft_lookup_max_ngram: int = 8
     draft_lookup_num_tokens: int = 10
     draft_lookup_extend_ngram: int = 2
@@ -406,6 +406,22 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
         self.stats.record(source, drafted, int(num_matches))
 
 
+def check_drafter_placement(target, drafter) -> None:
+    """Raises one clear `ValueError` when `drafter` does not sit on `target`'s device.
+
+    The target's features are moved to the drafter and cast to its dtype, so a dtype mismatch only costs precision;
+    a device mismatch would copy every round's features and candidates between devices (or fail inside a kernel),
+    so it is refused with both devices and the fix named."""
+    target_device = next(target.parameters()).device
+    drafter_device = next(drafter.parameters()).device
+    if target_device != drafter_device:
+        raise ValueError(
+            f"The drafter is on {drafter_device} but the target is on {target_device}: the SlimSpec drafter must "
+            f"run where its target runs. Move it with `drafter.to(target.device)` (or load it with "
+            f'`device_map="{target_device}"`), then call `target.generate(..., assistant_model=drafter)` again.'
+        )
+
+
 def validate_pairing(drafter: "SlimSpecDrafterForCausalLM", target: PreTrainedModel) -> None:
     """Fails loudly where a mismatch would silently collapse acceptance."""
     cfg = drafter.config
@@ -527,6 +543,7 @@ def install_generation_hook() -> None:
         assistant = generation_mode_kwargs.get("assistant_model")
         if assistant is not None and _is_slimspec_drafter(assistant):
             validate_pairing(assistant, self)
+            check_drafter_placement(self, assistant)
         else:
             unused = sorted(set(getattr(generation_config, "slimspec_overrides", {})) & set(CUSTOM_SETTINGS))
             if unused:
@@ -574,6 +591,7 @@ def install_generation_hook() -> None:
 
 
 __all__ = [
+    "check_drafter_placement",
     "DraftSettings",
     "draft_generation_config",
     "lookup_continuation",

@@ -195,22 +195,6 @@ def load_embedded_drafter(
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
 
 
-def check_drafter_placement(target, drafter) -> None:
-    """Raises one clear `ValueError` when `drafter` does not sit on `target`'s device.
-
-    `target.generate(..., assistant_model=drafter)` moves the target's features to the drafter and casts them to
-    its dtype, so a dtype mismatch only costs precision; a device mismatch would copy every round's features and
-    candidates between devices (or fail inside a kernel), so it is refused with both devices and the fix named."""
-    target_device = next(target.parameters()).device
-    drafter_device = next(drafter.parameters()).device
-    if target_device != drafter_device:
-        raise ValueError(
-            f"The drafter is on {drafter_device} but the target is on {target_device}: the SlimSpec drafter must "
-            f"run where its target runs. Move it with `drafter.to(target.device)` (or load it with "
-            f'`device_map="{target_device}"`), then call `target.generate(..., assistant_model=drafter)` again.'
-        )
-
-
 @torch.no_grad()
 def target_features(target, input_ids, layer_ids, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
     """A target's fused features (B, T, len(layer_ids)·d_t), the drafter's input, and its final hidden states
@@ -233,7 +217,6 @@ __all__ = [
     "embedded_target_dir",
     "load_embedded_target",
     "load_embedded_drafter",
-    "check_drafter_placement",
     "load_target",
     "is_embedded",
     "target_features",
