@@ -4,10 +4,8 @@
 import argparse
 
 from ..interop.hub import push_folder
-from .common import error_boundary
 
 
-@error_boundary("slimspec push", code=2, errors=(ValueError, TypeError, FileNotFoundError))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec push",
