@@ -12,6 +12,7 @@ The timed `generate` pieces (prompt encoding, sampling kwargs, timed generate) l
 
 import argparse
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -59,6 +60,9 @@ def error_line(prog: str, err: BaseException) -> str:
 def run_command(prog: str, function: Callable[[list[str]], int], argv: list[str]) -> int:
     """The error boundary: runs a command's `main(argv)`; a user error becomes one line on stderr and exit code 2,
     an interrupt exit code 130. With `SLIMSPEC_DEBUG=1` errors propagate with their traceback."""
+    # Commands log at INFO; the Hub client's HTTP library would then log every request.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return int(function(argv) or 0)
     except KeyboardInterrupt:
