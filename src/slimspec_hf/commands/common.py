@@ -61,7 +61,7 @@ def run_command(prog: str, function: Callable[[list[str]], int], argv: list[str]
     """The error boundary: runs a command's `main(argv)`; a user error becomes one line on stderr and exit code 2,
     an interrupt exit code 130. With `SLIMSPEC_DEBUG=1` errors propagate with their traceback."""
     # Commands log at INFO; the Hub client's HTTP library would then log every request.
-    for name in ("httpx", "httpcore"):
+    for name in ("httpx", "httpcore", "httpx2", "httpcore2"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return int(function(argv) or 0)
