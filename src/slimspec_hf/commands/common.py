@@ -182,9 +182,10 @@ def load_models(
 
 
 def runtime_line(target) -> str:
-    """`[runtime] device cpu, dtype bfloat16, 2 threads`: how the numbers that follow were measured."""
+    """`[runtime] device cpu, dtype bfloat16, 2 threads` (or `1 thread`): how the numbers that follow were measured."""
     dtype = str(target.dtype).removeprefix("torch.")
-    return f"[runtime] device {target.device}, dtype {dtype}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"[runtime] device {target.device}, dtype {dtype}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def error_boundary(

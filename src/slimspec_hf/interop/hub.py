@@ -129,6 +129,7 @@ def push_folder(
     update_card: bool = True,
     max_shard_size: int | str = "50GB",
     create_pr: bool = False,
+    license: str | None = None,
 ):
     """`push_to_hub`, returning (CommitInfo of the last commit, pinned revision)."""
     if create_pr:
@@ -152,6 +153,7 @@ def push_folder(
                 datasets=datasets,
                 tags=tags,
                 update_card=update_card,
+                license=license,
             )
     folder = Path(model_dir)
     config, _ = read_drafter_config(folder)
@@ -163,6 +165,7 @@ def push_folder(
         "recipe": recipe if recipe is not None else card_inputs.get("recipe"),
         "results": results if results is not None else card_inputs.get("results"),
         "datasets": datasets if datasets is not None else card_inputs.get("datasets"),
+        "license": license or card_inputs.get("license") or target_license(config, token=token),
     }
     if update_card:  # validate the inputs before anything is uploaded
         render_model_card(config, repo_id=repo_id, tags=tags, **card_inputs)
@@ -191,6 +194,19 @@ def push_folder(
         revision=branch,
     )
     return card_info, pinned
+
+
+def target_license(config: dict, token: str | None = None) -> str | None:
+    """The licence in the front matter of the drafter's target on the Hub (`target_model_name_or_path`), or None
+    when the target is not a Hub repo, has no card, or cannot be reached."""
+    target = config.get("target_model_name_or_path")
+    if not target or Path(str(target)).exists():
+        return None
+    try:
+        card_data = HfApi(token=token).model_info(str(target)).card_data
+    except Exception:  # noqa: BLE001 - a card without a licence is fine; the card then asks for `--license`
+        return None
+    return getattr(card_data, "license", None) if card_data is not None else None
 
 
 def push_to_hub(
@@ -344,6 +360,7 @@ def download_hub_file(uri: str, param: str = "path", token: str | None = None) -
 
 
 __all__ = [
+    "target_license",
     "download_hub_file",
     "download_repo",
     "parse_hub_file",
