@@ -203,3 +203,9 @@ def test_real_process_prints_one_line_and_exits_2(tmp_path):
         "org/name)"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["bench-verify", "choose-rank"])
+def test_other_commands_check_the_target_path_too(capsys, workdir, command):
+    _, line = run_cli(capsys, [command, "--target", "/no/such/target"], workdir)
+    assert "no such folder" in line and "/no/such/target" in line and "Repo id must be" not in line

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..paths import looks_like_path
 from ..targets import DTYPE_CHOICES, is_embedded, load_target
 
 
@@ -80,16 +81,6 @@ def run_command(prog: str, function: Callable[[list[str]], int], argv: list[str]
 # ----------------------------------------------------------------------------------------------------------------
 # Paths and Hub ids on the command line
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def looks_like_path(value: str) -> bool:
-    """Whether `value` reads as a local path rather than a Hub repo id (`name` or `org/name`): absolute, starting
-    with `.` or `~`, or with more than one separator."""
-    text = str(value)
-    if os.path.isabs(text) or text.startswith((".", "~")):
-        return True
-    parts = text.replace(os.sep, "/").split("/")
-    return len(parts) > 2 or (len(parts) == 2 and not all(parts))
 
 
 def check_model_source(value: str | None, param: str, *, allow_file: bool = False) -> str | None:
