@@ -66,9 +66,17 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--debug" in argv:  # anywhere on the line, before or after the command
+    if "--debug" in argv:  # anywhere on the line, before or after the command; for this call only
         argv.remove("--debug")
+        previous = os.environ.get("SLIMSPEC_DEBUG")
         os.environ["SLIMSPEC_DEBUG"] = "1"
+        try:
+            return main(argv)
+        finally:
+            if previous is None:
+                del os.environ["SLIMSPEC_DEBUG"]
+            else:
+                os.environ["SLIMSPEC_DEBUG"] = previous
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0

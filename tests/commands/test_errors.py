@@ -187,6 +187,7 @@ def test_debug_shows_the_traceback(monkeypatch, tmp_path):
     monkeypatch.delenv("SLIMSPEC_DEBUG", raising=False)
     with pytest.raises(ValueError, match="no such folder"):
         cli.main(["--debug", "generate", "hi", "--drafter", "/nonexistent"])
+    assert "SLIMSPEC_DEBUG" not in os.environ  # --debug holds for that call only
     monkeypatch.setenv("SLIMSPEC_DEBUG", "1")
     with pytest.raises(ValueError, match="no such folder"):
         cli.main(["generate", "hi", "--drafter", "/nonexistent"])
