@@ -1,10 +1,11 @@
 """Copies a trained SmolLM2 drafter into `drafters/smollm2-135m-instruct-slimspec/`, the embedded default.
 
     python scripts/ship_embedded_drafter.py TRAINED_DIR [--results bench-results/results.json#NAME]
-        [--confidence-threshold P] [--num-speculative-tokens K] [--dest DIR]
+        [--num-assistant-tokens K] [--confidence-threshold P] [--draft-lookup | --no-draft-lookup]
+        [--draft-tree-size N] [--dest DIR]
 
-Weights are stored in bfloat16 (`load_embedded_drafter()` casts them back to float32, the fast dtype on a CPU
-without bf16 instructions); the borrowed embedding is not saved. The model card keeps the trainer's recipe and
+Weights are stored in bfloat16 (`load_embedded_drafter()` loads them in the target's dtype, "auto" by default);
+the borrowed embedding is not saved. The decoding defaults go into the drafter's generation_config.json. The model card keeps the trainer's recipe and
 adds the benchmark results when given. The folder is written next to DEST and renamed into place, so an
 interrupted run never leaves a half-shipped drafter.
 """
@@ -21,8 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trained_dir", help="output_dir (or checkpoint) of `slimspec train`")
     parser.add_argument("--results", default=None, help="`slimspec bench` results.json#NAME for the card")
-    parser.add_argument("--confidence-threshold", type=float, default=None, help="draft_confidence_threshold")
-    parser.add_argument("--num-speculative-tokens", type=int, default=None, help="tokens drafted per round (k)")
+    parser.add_argument("--num-assistant-tokens", type=int, default=None, help="tokens drafted per round (k)")
+    parser.add_argument("--confidence-threshold", type=float, default=None, help="assistant_confidence_threshold")
+    parser.add_argument("--draft-lookup", action=argparse.BooleanOptionalAction, default=None, help="hybrid lookup")
+    parser.add_argument("--draft-tree-size", type=int, default=None, help="> 0: draft a tree of this many nodes")
     parser.add_argument("--dataset", action="append", default=None, help="training dataset named in the card")
     parser.add_argument("--dest", default=None, help="default: the embedded drafter folder")
     args = parser.parse_args(argv)
@@ -30,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from slimspec_hf.generation_slimspec import DraftSettings
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
     from slimspec_hf.training.model_card import CARD_INPUTS_FILE, read_results, write_model_card
 
@@ -39,11 +43,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ship: {source} holds no model.safetensors; pass a `slimspec train` output folder.", file=sys.stderr)
         return 2
     drafter = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
-    if args.confidence_threshold is not None:
-        drafter.config.draft_confidence_threshold = args.confidence_threshold
-    if args.num_speculative_tokens is not None:
-        drafter.config.num_speculative_tokens = args.num_speculative_tokens
-    drafter.config._validate()
+    settings = {
+        "num_assistant_tokens": args.num_assistant_tokens,
+        "assistant_confidence_threshold": args.confidence_threshold,
+        "draft_lookup": args.draft_lookup,
+        "draft_tree_size": args.draft_tree_size,
+    }
+    for name, value in settings.items():
+        if value is not None:
+            setattr(drafter.generation_config, name, value)
+    DraftSettings.resolve(drafter.generation_config)  # validates, before anything is written
 
     stored = source / CARD_INPUTS_FILE
     stored = json.loads(stored.read_text()) if stored.is_file() else {}

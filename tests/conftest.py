@@ -80,3 +80,45 @@ def make_char_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>")
+
+
+# -- the device the device tests run on (`SLIMSPEC_TEST_DEVICE=cuda` or `pytest --device cuda`; default cpu) ------
+# Tests marked `device` take the `device` fixture: the same tests run on the CPU in CI and on a GPU in
+# `slimspec gpu-check` (scripts/gpu_check.sh). `SLIMSPEC_DEVICE_REPORT=<file.jsonl>` collects what they measured.
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default=None,
+        help="device of the tests marked `device` (default: $SLIMSPEC_TEST_DEVICE, else cpu)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "device: runs on the `device` fixture's device (cpu by default, cuda in gpu-check)"
+    )
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    name = request.config.getoption("--device") or os.environ.get("SLIMSPEC_TEST_DEVICE", "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"device {name} asked for, but torch {torch.__version__} sees no GPU")
+    return device
+
+
+@pytest.fixture
+def device_report(request):
+    """`device_report(**values)` appends one JSON line (the test's id + values) to $SLIMSPEC_DEVICE_REPORT, if set."""
+    import json
+
+    def report(**values):
+        path = os.environ.get("SLIMSPEC_DEVICE_REPORT")
+        if path:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"test": request.node.nodeid, **values}) + "\n")
+
+    return report

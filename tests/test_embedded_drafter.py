@@ -8,7 +8,7 @@ import torch
 from safetensors import safe_open
 
 from slimspec_hf import SlimSpecDrafterForCausalLM, load_embedded_drafter
-from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
+from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR, resolve_dtype
 
 
 # τ on the three prompts below (greedy, 48 new tokens): 1.29 for the shipped v3 drafter (k = 3; 1.27 at k = 6,
@@ -28,6 +28,7 @@ def test_shipped_folder_is_complete_small_and_bf16():
         "modeling_slimspec.py",
         "generation_slimspec.py",
         "heads_slimspec.py",
+        "tree_slimspec.py",
     ):
         assert (folder / name).is_file(), name
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
@@ -39,6 +40,9 @@ def test_shipped_folder_is_complete_small_and_bf16():
     assert not any("embed" in k for k in keys)  # the embedding is borrowed from the target, never saved
     config = json.loads((folder / "config.json").read_text())
     assert config["head_type"] == "low_rank" and config["head_rank"] == 72
+    # the decoding defaults measured fastest on this CPU in bf16 (docs/results.md): k = 1 + prompt lookup
+    settings = json.loads((folder / "generation_config.json").read_text())
+    assert settings["num_assistant_tokens"] == 1 and settings["draft_lookup"] is True
     assert config["auto_map"]["AutoModelForCausalLM"].endswith("SlimSpecDrafterForCausalLM")
 
 
@@ -48,7 +52,9 @@ def test_loads_with_auto_class_and_helper():
     helper = load_embedded_drafter()
     auto = AutoModelForCausalLM.from_pretrained(EMBEDDED_DRAFTER_DIR)
     assert isinstance(helper, SlimSpecDrafterForCausalLM) and isinstance(auto, SlimSpecDrafterForCausalLM)
-    assert helper.dtype == torch.float32  # bf16 on disk, fp32 to run fast on CPUs without bf16 units
+    # bf16 on disk; "auto" by default, as the target: bf16 where the CPU computes it natively, else fp32
+    assert helper.dtype == resolve_dtype("auto")
+    assert load_embedded_drafter(dtype="float32").dtype == torch.float32
     helper_state, auto_state = helper.state_dict(), auto.state_dict()
     assert list(helper_state) == list(auto_state)
     for name, value in helper_state.items():
@@ -58,7 +64,7 @@ def test_loads_with_auto_class_and_helper():
 @pytest.mark.integration
 def test_shipped_drafter_is_lossless_and_accepts_on_smollm2(embedded_target):
     model, tokenizer = embedded_target
-    drafter = load_embedded_drafter()
+    drafter = load_embedded_drafter(target=model)  # fp32, as the target: greedy output must be identical
     accepted = rounds = 0
     for question in ["What is the capital of France?", "List three uses of a paperclip.", "Explain what a CPU is."]:
         inputs = tokenizer.apply_chat_template(
@@ -85,15 +91,16 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
 
     make_tiny_drafter(make_tiny_target(), target_model_name_or_path="org/target").save_pretrained(tmp_path / "trained")
     dest = tmp_path / "drafters" / "tiny-slimspec"
-    argv = [str(tmp_path / "trained"), "--dest", str(dest), "--num-speculative-tokens", "3"]
+    argv = [str(tmp_path / "trained"), "--dest", str(dest), "--num-assistant-tokens", "3", "--draft-lookup"]
     assert ship.main([*argv, "--confidence-threshold", "0"]) == 0
-    config = json.loads((dest / "config.json").read_text())
-    assert config["num_speculative_tokens"] == 3 and config["draft_confidence_threshold"] == 0.0
+    settings = json.loads((dest / "generation_config.json").read_text())
+    assert settings["num_assistant_tokens"] == 3 and settings["assistant_confidence_threshold"] == 0.0
+    assert settings["draft_lookup"] is True
     assert (dest / "README.md").is_file()
     with safe_open(str(dest / "model.safetensors"), framework="pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny-slimspec"]  # no staging folder left behind
     # a bad setting fails before anything is replaced
-    with pytest.raises(ValueError, match="num_speculative_tokens"):
-        ship.main([*argv[:-1], "0"])
-    assert json.loads((dest / "config.json").read_text())["num_speculative_tokens"] == 3
+    with pytest.raises(ValueError, match="num_assistant_tokens"):
+        ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--num-assistant-tokens", "0"])
+    assert json.loads((dest / "generation_config.json").read_text())["num_assistant_tokens"] == 3

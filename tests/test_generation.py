@@ -299,12 +299,17 @@ def _chi_square(counts, expected_probs):
     return float(stat), int(keep.sum())  # degrees of freedom = cells - 1 (with the pooled cell)
 
 
-def _sample_last_tokens(target, drafter, prompt, n, seed):
+def _sample_last_tokens(target, drafter, prompt, n, seed, max_new_tokens=3, num_assistant_tokens=2):
     torch.manual_seed(seed)
     counts = torch.zeros(3, target.config.vocab_size)
     for _ in range(n):
         out = target.generate(
-            prompt, max_new_tokens=3, do_sample=True, top_k=0, assistant_model=drafter, num_assistant_tokens=2
+            prompt,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            top_k=0,
+            assistant_model=drafter,
+            num_assistant_tokens=num_assistant_tokens,
         )
         for j in range(3):
             counts[j, out[0, prompt.shape[1] + j]] += 1
@@ -516,7 +521,7 @@ def test_hybrid_greedy_output_is_identical_and_splits_the_stats(head):
         assert sum(stats.rounds_by_source.values()) == stats.rounds
         assert sum(stats.accepted_by_source.values()) == stats.accepted_tokens
         sources |= set(stats.rounds_by_source)
-    assert sources == {"lookup", "drafter"}
+    assert {"lookup", "drafter"} <= sources <= {"lookup", "drafter", "drafter+lookup"}
 
 
 def test_hybrid_feeds_the_drafter_every_accepted_position_once():
@@ -571,36 +576,75 @@ def test_generation_config_round_trips_with_the_checkpoint(tmp_path):
     assert loaded.generation_config.num_assistant_tokens == drafter.config.num_speculative_tokens
 
 
-def test_hybrid_sampling_matches_the_target_distribution():
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"draft_lookup_min_ngram": 1},  # lookup rounds (verified by matching)
+        {"draft_lookup_min_ngram": 8, "draft_lookup_extend_ngram": 1},  # drafter chains extended by lookup
+    ],
+    ids=["lookup-rounds", "extended-chains"],
+)
+def test_hybrid_sampling_matches_the_target_distribution(settings):
     target = make_tiny_target(seed=21, vocab_size=12)
     with torch.no_grad():
         target.lm_head.weight.mul_(8)
     drafter = make_tiny_drafter(target, head_type="full", seed=4)
     drafter.generation_config.draft_lookup = True
-    drafter.generation_config.draft_lookup_min_ngram = 1
+    for name, value in settings.items():
+        setattr(drafter.generation_config, name, value)
     prompt = torch.tensor([[1, 5, 3, 1, 5]])
+    sample = dict(max_new_tokens=6, num_assistant_tokens=1)
     exact = _exact_marginals(target, prompt, 3)
-    counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
+    counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0, **sample)
+    assert len(drafter.last_generation_stats.rounds_by_source) > 0
     for j in (1, 2):
         stat, dof = _chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
     # Claiming a lookup draft came from a uniform distribution (it is deterministic) breaks the acceptance rule.
     original = SlimSpecCandidateGenerator.get_candidates
+    sources = set()
 
     def wrong(self, input_ids, *args, **kwargs):
         ids, logits = original(self, input_ids, *args, **kwargs)
+        sources.add(self._round[0])
         if logits is None and ids.shape[1] > input_ids.shape[1]:
             logits = torch.zeros(1, ids.shape[1] - input_ids.shape[1], target.config.vocab_size)
+        elif logits is not None:  # a chain extended by lookup: its one-hot rows become uniform
+            logits = torch.where(torch.isinf(logits), torch.zeros_like(logits), logits)
         return ids, logits
 
     SlimSpecCandidateGenerator.get_candidates = wrong
     try:
-        counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
+        counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0, **sample)
     finally:
         SlimSpecCandidateGenerator.get_candidates = original
+    assert sources & {"lookup", "drafter+lookup"}, sources
     stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
     assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats
+
+
+@pytest.mark.parametrize("head", ["low_rank", "full"])
+def test_tree_settings_route_generate_to_tree_decoding(head):
+    """`draft_tree_size` > 0 (a generate() keyword or the drafter's generation_config) drafts a tree; 0 a chain."""
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, head)
+    ids = torch.tensor([[3, 9, 27, 81, 3, 9]])
+    plain = target.generate(ids, max_new_tokens=24, do_sample=False)
+    tree = target.generate(
+        ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, draft_tree_size=8, draft_tree_depth=3
+    )
+    assert tree.tolist() == plain.tolist()
+    tree_stats = drafter.last_generation_stats
+    assert tree_stats.drafted_tokens / tree_stats.rounds > 3  # up to 8 nodes a round, not a chain of k
+    drafter.generation_config.draft_tree_size = 8
+    assert target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter).tolist() == plain.tolist()
+    assert drafter.last_generation_stats.drafted_tokens == tree_stats.drafted_tokens
+    chain = target.generate(
+        ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, draft_tree_size=0, num_assistant_tokens=2
+    )
+    assert chain.tolist() == plain.tolist()
+    assert drafter.last_generation_stats.drafted_tokens / drafter.last_generation_stats.rounds <= 2
 
 
 def test_same_target_under_another_name_does_not_warn_and_a_warning_points_at_the_caller():

@@ -33,6 +33,10 @@ COMMANDS = {
         "slimspec_hf.commands.bench_verify:main",
         "time the target verifying 1..N tokens, fp32 vs bf16 (what makes speculation pay)",
     ),
+    "gpu-check": (
+        "slimspec_hf.commands.gpu_check:main",
+        "on a GPU: device tests, LM-head timings, MT-Bench speed-up; time-boxed, results in one folder",
+    ),
     "choose-rank": (
         "slimspec_hf.commands.choose_rank:main",
         "pick the head rank that maximises predicted speed-up",

@@ -47,6 +47,8 @@ class DraftSettings:
         draft_lookup_min_ngram / draft_lookup_max_ngram: match lengths trusted without the drafter's agreement /
             longest suffix searched.
         draft_lookup_num_tokens: tokens drafted by a lookup round.
+        draft_lookup_extend_ngram: with `draft_lookup`, a drafter chain whose last `draft_lookup_extend_ngram`+
+            tokens occurred earlier is extended with what followed them there (verified in the same forward).
         draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
         draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
     """
@@ -54,9 +56,10 @@ class DraftSettings:
     num_assistant_tokens: int = 6
     assistant_confidence_threshold: float = 0.0
     draft_lookup: bool = False
-    draft_lookup_min_ngram: int = 3
+    draft_lookup_min_ngram: int = 2
     draft_lookup_max_ngram: int = 8
     draft_lookup_num_tokens: int = 10
+    draft_lookup_extend_ngram: int = 2
     draft_tree_size: int = 0
     draft_tree_depth: int = 4
     draft_tree_top_k: int = 4
@@ -78,6 +81,7 @@ class DraftSettings:
         positive("draft_lookup_min_ngram", self.draft_lookup_min_ngram)
         positive("draft_lookup_max_ngram", self.draft_lookup_max_ngram, self.draft_lookup_min_ngram)
         positive("draft_lookup_num_tokens", self.draft_lookup_num_tokens)
+        positive("draft_lookup_extend_ngram", self.draft_lookup_extend_ngram)
         positive("draft_tree_size", self.draft_tree_size, 0)
         positive("draft_tree_depth", self.draft_tree_depth)
         positive("draft_tree_top_k", self.draft_tree_top_k)
@@ -159,17 +163,19 @@ class SlimSpecGenerationStats:
             if rounds
         }
 
-    def record(self, source: str, drafted: int, accepted: int) -> None:
-        """Counts one verified round."""
+    def record(self, source: str, drafted: int, accepted: int, positions: int | None = None) -> None:
+        """Counts one verified round: `drafted` tokens verified, `accepted` of them kept, over `positions` draft
+        positions (default `drafted`, a chain; a tree's depth)."""
+        positions = drafted if positions is None else positions
         self.rounds += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
         self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
-        while len(self.drafted_per_position) < drafted:
+        while len(self.drafted_per_position) < positions:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
-        for i in range(drafted):
+        for i in range(positions):
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += int(i < accepted)
 
@@ -362,6 +368,22 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             state = out.hidden_states
         self._round = ("drafter", len(all_logits))
         candidate_logits = torch.stack(all_logits, dim=1)  # (1, k, V)
+        room = self.max_length - candidate_ids.shape[1] - 1
+        if settings.draft_lookup and room > 0 and int(candidate_ids[0, -1]) not in self.eos_token_ids:
+            # Verifying a few more tokens costs little: extend the chain with what followed its end earlier.
+            found = lookup_continuation(
+                candidate_ids[0], settings.draft_lookup_max_ngram, min(settings.draft_lookup_num_tokens, room)
+            )
+            if found is not None and found[1] >= settings.draft_lookup_extend_ngram:
+                extension = found[0].to(candidate_ids.device)
+                # a deterministic draft: q = 1 on the drafted token (lossless in speculative sampling too)
+                one_hot = torch.full(
+                    (1, extension.numel(), candidate_logits.shape[-1]), float("-inf"), device=candidate_logits.device
+                )
+                one_hot[0, torch.arange(extension.numel()), extension.to(one_hot.device)] = 0.0
+                candidate_ids = torch.cat([candidate_ids, extension[None]], dim=-1)
+                candidate_logits = torch.cat([candidate_logits, one_hot], dim=1)
+                self._round = ("drafter+lookup", candidate_logits.shape[1])
         return candidate_ids, candidate_logits
 
     def _lookup_round(self, input_ids: torch.LongTensor, continuation: torch.Tensor):
@@ -382,6 +404,22 @@ class SlimSpecCandidateGenerator(CandidateGenerator):
             return  # the prefill round: nothing was drafted, nothing verified
         source, drafted = self._round
         self.stats.record(source, drafted, int(num_matches))
+
+
+def check_drafter_placement(target, drafter) -> None:
+    """Raises one clear `ValueError` when `drafter` does not sit on `target`'s device.
+
+    The target's features are moved to the drafter and cast to its dtype, so a dtype mismatch only costs precision;
+    a device mismatch would copy every round's features and candidates between devices (or fail inside a kernel),
+    so it is refused with both devices and the fix named."""
+    target_device = next(target.parameters()).device
+    drafter_device = next(drafter.parameters()).device
+    if target_device != drafter_device:
+        raise ValueError(
+            f"The drafter is on {drafter_device} but the target is on {target_device}: the SlimSpec drafter must "
+            f"run where its target runs. Move it with `drafter.to(target.device)` (or load it with "
+            f'`device_map="{target_device}"`), then call `target.generate(..., assistant_model=drafter)` again.'
+        )
 
 
 def validate_pairing(drafter: "SlimSpecDrafterForCausalLM", target: PreTrainedModel) -> None:
@@ -438,8 +476,8 @@ def _is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
-_HOOK_VERSION = 3  # 1: `_get_candidate_generator` and the k detection; 2: + threshold; 3: DraftSettings overrides
-_HOOKED = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
+_HOOK_VERSION = 4  # 1: candidate generator + k; 2: + threshold; 3: DraftSettings overrides; 4: + tree decoding
+_HOOKED = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode", "_assisted_decoding")
 
 
 def _unwrap_slimspec(function):
@@ -463,6 +501,8 @@ def install_generation_hook() -> None:
       `generation_config` supplies the rest (see `DraftSettings`).
     - `_validate_generation_mode` checks the drafter/target pairing before transformers' own assistant checks.
     - `_get_candidate_generator` returns the SlimSpec generator, built by the drafter's own class.
+    - `_assisted_decoding` hands the call to `tree_slimspec.tree_decoding` when the resolved `draft_tree_size` > 0
+      (a dynamic draft tree verified in one target forward); chains stay with transformers' loop.
     """
     if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
         return
@@ -471,6 +511,7 @@ def install_generation_hook() -> None:
     original_get = GenerationMixin._get_candidate_generator
     original_prepare = GenerationMixin._prepare_generation_config
     original_validate = GenerationMixin._validate_generation_mode
+    original_assisted = GenerationMixin._assisted_decoding
 
     def _get_candidate_generator(
         self,
@@ -517,6 +558,7 @@ def install_generation_hook() -> None:
         assistant = generation_mode_kwargs.get("assistant_model")
         if assistant is not None and _is_slimspec_drafter(assistant):
             validate_pairing(assistant, self)
+            check_drafter_placement(self, assistant)
         else:
             unused = sorted(set(getattr(generation_config, "slimspec_overrides", {})) & set(CUSTOM_SETTINGS))
             if unused:
@@ -527,10 +569,36 @@ def install_generation_hook() -> None:
                 )
         return original_validate(self, generation_mode, generation_config, generation_mode_kwargs)
 
+    def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        assistant = kwargs.get("assistant_model")
+        if assistant is not None and _is_slimspec_drafter(assistant):
+            settings = DraftSettings.resolve(
+                assistant.generation_config, getattr(generation_config, "slimspec_overrides", {})
+            )
+            if settings.draft_tree_size > 0:
+                from .tree_slimspec import tree_decoding  # lazy: tree_slimspec imports this module
+
+                return tree_decoding(
+                    self,
+                    input_ids,
+                    logits_processor,
+                    stopping_criteria,
+                    generation_config,
+                    *args,
+                    tree_size=settings.draft_tree_size,
+                    tree_depth=settings.draft_tree_depth,
+                    tree_top_k=settings.draft_tree_top_k,
+                    **kwargs,
+                )
+        return original_assisted(
+            self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
+        )
+
     for wrapper, original in (
         (_get_candidate_generator, original_get),
         (_prepare_generation_config, original_prepare),
         (_validate_generation_mode, original_validate),
+        (_assisted_decoding, original_assisted),
     ):
         wrapper.__wrapped__ = original
         wrapper._slimspec_hook = _HOOK_VERSION
@@ -538,6 +606,7 @@ def install_generation_hook() -> None:
 
 
 __all__ = [
+    "check_drafter_placement",
     "DraftSettings",
     "draft_generation_config",
     "lookup_continuation",

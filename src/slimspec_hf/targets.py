@@ -177,12 +177,12 @@ def load_target(
 
 
 def load_embedded_drafter(
-    path: str | os.PathLike | None = None, dtype: "str | torch.dtype" = torch.float32, target=None, device="cpu"
+    path: str | os.PathLike | None = None, dtype: "str | torch.dtype" = "auto", target=None, device="cpu"
 ):
     """The SlimSpec drafter trained for the embedded SmolLM2 target (shipped in `drafters/`, see
     [`~paths.embedded_drafter_dir`]). With `target`, the drafter takes the target's dtype and device (it must
     match the target it drafts for); else `dtype` (a dtype, its name, or "auto": see [`resolve_dtype`]) on
-    `device`. The default stays fp32 until the shipped-drafter test moves to "auto" with it."""
+    `device`, like `load_embedded_target`'s default, so that both match."""
     from transformers import AutoModelForCausalLM
 
     if target is not None:

@@ -18,6 +18,7 @@ from ..evaluation.heads import (
     build_heads,
     check_layouts_agree,
     measure_cell,
+    peak_bandwidth_gbs,
 )
 from ..targets import resolve_dtype
 from ..utils import atomic_write_json
@@ -52,9 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtypes",
         nargs="+",
-        choices=["float32", "bfloat16"],
+        choices=["float32", "bfloat16", "float16"],
         default=["float32", "bfloat16"],
         help="default: float32 bfloat16",
+    )
+    parser.add_argument("--device", default="cpu", help="where the heads run: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument(
+        "--peak-bandwidth",
+        type=float,
+        default=None,
+        metavar="GB/S",
+        help="memory bandwidth the timings are read against (GB/s). Default: the datasheet value for known GPUs "
+        "(H200, H100, A100, L4, ...), none on a CPU (the 'of bw' column then stays empty)",
     )
     parser.add_argument("--rank-divisor", type=int, default=8, help="low-rank head rank r = d // this (default 8)")
     parser.add_argument(
@@ -87,14 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _format_table(rows: list[Measurement]) -> str:
     header = (
         f"{'shape':<14} {'dtype':<8} {'B':>3} {'head':<11} {'layout':<9} {'median ms':>10} {'IQR ms':>17} "
-        f"{'speed-up':>8} {'IQR':>13} {'MAC limit':>9} {'of limit':>8}"
+        f"{'speed-up':>8} {'IQR':>13} {'MAC limit':>9} {'of limit':>8} {'GB/s':>8} {'of bw':>6}"
     )
     lines = [header, "-" * len(header)]
     for m in rows:
         lines.append(
             f"{m.shape:<14} {m.dtype:<8} {m.batch_size:>3} {m.head:<11} {m.layout:<9} {m.median_ms:>10.3f} "
             f"{f'{m.p25_ms:.3f}–{m.p75_ms:.3f}':>17} {m.speedup:>8.2f} "
-            f"{f'{m.speedup_p25:.2f}–{m.speedup_p75:.2f}':>13} {m.mac_limit:>9.2f} {m.fraction_of_limit:>8.2f}"
+            f"{f'{m.speedup_p25:.2f}–{m.speedup_p75:.2f}':>13} {m.mac_limit:>9.2f} {m.fraction_of_limit:>8.2f} "
+            f"{m.bandwidth_gbs:>8.1f} {m.fraction_of_bandwidth:>6.2f}"
         )
     return "\n".join(lines)
 
@@ -126,29 +137,45 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"shape {name!r}: `--trim-k` ({k}) must satisfy 0 < K < V = {V}.")
         plans.append((name, d, V, rank, k))
 
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`--device {args.device}` asked for a GPU, but torch {torch.__version__} sees none.")
+    peak = args.peak_bandwidth if args.peak_bandwidth is not None else peak_bandwidth_gbs(device)
+    if peak is not None and peak <= 0:
+        raise ValueError(f"`--peak-bandwidth` must be > 0 GB/s, got {peak}.")
+    where = (
+        f"{torch.cuda.get_device_name(device)} ({device})"
+        if device.type == "cuda"
+        else f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
+    )
     load_before = os.getloadavg()
     print(
-        f"slimspec bench-head: torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "
-        f"{load_before[0]:.2f}; cache {'cold (64 MiB written before each call)' if args.cold_cache else 'warm'}",
+        f"slimspec bench-head: torch {torch.__version__}, {torch.get_num_threads()} threads, {where}, load average "
+        f"{load_before[0]:.2f}; cache {'cold (buffer written before each call)' if args.cold_cache else 'warm'}; "
+        f"peak bandwidth {f'{peak:.0f} GB/s' if peak else 'not given'}",
         flush=True,
     )
-    flush = torch.zeros(16 << 20) if args.cold_cache else None  # 64 MiB > the 32 MiB L3
+    # 64 MiB > the 32 MiB L3 here; 256 MiB > any GPU's L2 (60 MB on an H200)
+    flush = torch.zeros((16 if device.type == "cpu" else 64) << 20, device=device) if args.cold_cache else None
     print(_format_table([]), flush=True)
     started = time.perf_counter()
     rows: list[Measurement] = []
     for name, d, V, rank, k in plans:
         for dtype_name in args.dtypes:
             dtype = resolve_dtype(dtype_name)
-            heads = build_heads(d, V, rank, k, dtype, model_head=args.model_head)
-            check_layouts_agree(heads, d, dtype)
+            heads = build_heads(d, V, rank, k, dtype, model_head=args.model_head, device=device)
+            check_layouts_agree(heads, d, dtype, device)
             for batch_size in args.batch_sizes:
                 rounds = args.rounds if batch_size <= 8 else args.rounds_large
-                cell = measure_cell(name, d, V, rank, k, dtype_name, heads, batch_size, rounds, args.warmup, flush)
+                cell = measure_cell(
+                    name, d, V, rank, k, dtype_name, heads, batch_size, rounds, args.warmup, flush, device, peak
+                )
                 rows.extend(cell)
                 print(_format_table(cell).split("\n", 2)[2], flush=True)
             del heads  # one shape and dtype in memory at a time
             gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()
 
@@ -156,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     print(_format_table(rows))
     print(
         f"\nspeed-up: median over rounds of (faster full-head layout) / (head), IQR over rounds; MAC limit: "
-        f"(V·d)/(r·d+V·r) for low-rank, V/K for trimmed. {elapsed:.0f} s; load average {load_after[0]:.2f}."
+        f"(V·d)/(r·d+V·r) for low-rank, V/K for trimmed; GB/s: (weights + input + logits) bytes / median time. "
+        f"{elapsed:.0f} s; load average {load_after[0]:.2f}."
     )
     if args.json_path:
         atomic_write_json(
@@ -166,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": torch.__version__,
                 "threads": torch.get_num_threads(),
                 "cpu_count": os.cpu_count(),
+                "device": str(device),
+                "device_name": where,
+                "peak_bandwidth_gbs": peak,
                 "cold_cache": args.cold_cache,
                 "load_average_before": load_before,
                 "load_average_after": load_after,

@@ -51,6 +51,36 @@ SHAPES: dict[str, tuple[int, int]] = {
 }
 DEFAULT_TRIM_K = 32768
 
+# Peak memory bandwidth (GB/s, vendor datasheets) of GPUs the head timings are read against, matched as a
+# substring of `torch.cuda.get_device_name()` (first match wins, so the more specific names come first).
+PEAK_BANDWIDTH_GBS: dict[str, float] = {
+    "H200": 4800.0,
+    "H100 PCIe": 2000.0,
+    "H100": 3350.0,
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100": 1555.0,
+    "L40S": 864.0,
+    "L4": 300.0,
+    "A10G": 600.0,
+    "RTX 4090": 1008.0,
+}
+
+
+def peak_bandwidth_gbs(device: "str | torch.device") -> float | None:
+    """The datasheet memory bandwidth (GB/s) of `device` when it is a GPU named in `PEAK_BANDWIDTH_GBS`, else
+    None (a CPU's depends on its memory channels: pass `--peak-bandwidth`)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((gbs for key, gbs in PEAK_BANDWIDTH_GBS.items() if key in name), None)
+
+
+def head_bytes(weight_elements: int, batch_size: int, hidden_size: int, vocab_size: int, itemsize: int) -> int:
+    """Bytes a head call must move at least: its weights once, the B×d input and the B×V logits."""
+    return (weight_elements + batch_size * (hidden_size + vocab_size)) * itemsize
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # The fast low-rank head (what `LowRankHead.forward` should compute) and the layout helper
@@ -113,6 +143,10 @@ class Measurement:
     fraction_of_limit: float = float("nan")
     rounds: int = 0
     times_ms: list[float] = field(default_factory=list)
+    device: str = "cpu"
+    bytes_moved: int = 0  # weights + input + logits, see `head_bytes`
+    bandwidth_gbs: float = float("nan")  # bytes_moved / median time
+    fraction_of_bandwidth: float = float("nan")  # bandwidth_gbs / the peak given (nan without one)
 
 
 def _fill_random(tensor: torch.Tensor, scale: float, seed: int) -> torch.Tensor:
@@ -168,21 +202,33 @@ def build_heads(
     dtype: torch.dtype,
     seed: int = 0,
     model_head: bool = False,
+    device: "str | torch.device" = "cpu",
 ) -> dict[tuple[str, str], Callable[[torch.Tensor], torch.Tensor]]:
     """{(head, layout): h -> full-V logits} for one shape and dtype (bf16 adds the "no oneDNN" layout). Holds every weight of the shape once per
     layout (for Llama-3.1-8B in fp32: 2 × 2.1 GB full, 2 × 0.5 GB trimmed, 2 × 0.26 GB low-rank).
 
     With `model_head`, also `modeling_slimspec.LowRankHead` as the model builds it ("as stored") and with its
-    `up.weight` re-laid out by `store_column_major` ("T-layout"), both holding the same W_down and W_up."""
+    `up.weight` re-laid out by `store_column_major` ("T-layout"), both holding the same W_down and W_up.
+
+    Weights are drawn on the CPU (the same numbers on every device) and then moved to `device`, layout kept."""
     d, V, r, K = hidden_size, vocab_size, rank, draft_vocab_size
-    full = _random_matrix(V, d, dtype, seed)
-    full_t = _random_matrix(V, d, dtype, seed, transposed=True)  # (V, d) view of a contiguous (d, V)
-    down = _random_matrix(r, d, dtype, seed + 1)
-    up = _random_matrix(V, r, dtype, seed + 2)
+    device = torch.device(device)
+
+    def place(matrix: torch.Tensor) -> torch.Tensor:  # keeps a column-major view column-major on the device
+        if device.type == "cpu":
+            return matrix
+        if matrix.is_contiguous():
+            return matrix.to(device)
+        return matrix.t().contiguous().to(device).t()
+
+    full = place(_random_matrix(V, d, dtype, seed))
+    full_t = place(_random_matrix(V, d, dtype, seed, transposed=True))  # (V, d) view of a contiguous (d, V)
+    down = place(_random_matrix(r, d, dtype, seed + 1))
+    up = place(_random_matrix(V, r, dtype, seed + 2))
     up_t = up.t().contiguous()  # (r, V) — the same W_up, transposed storage
-    trimmed = _random_matrix(K, d, dtype, seed + 3)
-    trimmed_t = _random_matrix(K, d, dtype, seed + 3, transposed=True)
-    token_ids = torch.randperm(V, generator=torch.Generator().manual_seed(seed))[:K].sort().values
+    trimmed = place(_random_matrix(K, d, dtype, seed + 3))
+    trimmed_t = place(_random_matrix(K, d, dtype, seed + 3, transposed=True))
+    token_ids = torch.randperm(V, generator=torch.Generator().manual_seed(seed))[:K].sort().values.to(device)
 
     heads = {
         ("full", "as stored"): lambda h: F.linear(h, full),
@@ -192,7 +238,7 @@ def build_heads(
         ("trimmed", "as stored"): lambda h: _scatter_full(F.linear(h, trimmed), token_ids, V),
         ("trimmed", "T-layout"): lambda h: _scatter_full(F.linear(h, trimmed_t), token_ids, V),
     }
-    if dtype == torch.bfloat16:
+    if dtype == torch.bfloat16 and device.type == "cpu":
         # bf16 matmuls go to oneDNN by default; at batch 1 ATen's own bf16 GEMV (fp32 accumulation) streams the
         # row-major weight about twice as fast on this CPU. Only timed at small batches (see `measure_cell`).
         for head in ("full", "low-rank", "trimmed"):
@@ -200,10 +246,10 @@ def build_heads(
     if model_head:  # the package's own LowRankHead module, before and after storing `up.weight` column-major
         from ..modeling_slimspec import LowRankHead
 
-        before = LowRankHead(d, V, r).to(dtype).requires_grad_(False)
+        before = LowRankHead(d, V, r).to(device=device, dtype=dtype).requires_grad_(False)
         before.down.weight.copy_(down)
         before.up.weight.copy_(up)
-        after = LowRankHead(d, V, r).to(dtype).requires_grad_(False)
+        after = LowRankHead(d, V, r).to(device=device, dtype=dtype).requires_grad_(False)
         after.down.weight.copy_(down)
         after.up.weight.copy_(up)
         store_column_major(after.up.weight)
@@ -212,9 +258,11 @@ def build_heads(
     return heads
 
 
-def check_layouts_agree(heads: dict, hidden_size: int, dtype: torch.dtype) -> None:
+def check_layouts_agree(
+    heads: dict, hidden_size: int, dtype: torch.dtype, device: "str | torch.device" = "cpu"
+) -> None:
     """The T-layout low-rank head must compute the same logits as the as-stored one (same weights)."""
-    h = torch.randn(2, hidden_size, generator=torch.Generator().manual_seed(0)).to(dtype)
+    h = torch.randn(2, hidden_size, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
     with torch.inference_mode():
         reference = heads[("low-rank", "as stored")](h).float()
         others = [key for key in heads if key[0] in ("low-rank", "LowRankHead") and key != ("low-rank", "as stored")]
@@ -240,9 +288,14 @@ def measure_cell(
     rounds: int,
     warmup: int,
     flush: torch.Tensor | None,
+    device: "str | torch.device" = "cpu",
+    peak_bandwidth: float | None = None,
 ) -> list[Measurement]:
+    """One (shape, dtype, batch) cell: every head timed in interleaved rounds; with `peak_bandwidth` (GB/s), each
+    row also says what share of it the head's minimum traffic (`head_bytes`) reached."""
     dtype = resolve_dtype(dtype_name)
-    inputs = torch.randn(batch_size, hidden_size, generator=torch.Generator().manual_seed(batch_size)).to(dtype)
+    inputs = torch.randn(batch_size, hidden_size, generator=torch.Generator().manual_seed(batch_size))
+    inputs = inputs.to(device=device, dtype=dtype)
     if batch_size > NO_ONEDNN_MAX_BATCH:  # ATen's bf16 GEMM fallback is far slower than oneDNN's at batch 64
         heads = {key: fn for key, fn in heads.items() if key[1] != NO_ONEDNN}
     times = time_interleaved(heads, inputs, rounds, warmup, flush)
@@ -258,6 +311,9 @@ def measure_cell(
         else:
             macs, r, k = draft_vocab_size * hidden_size, None, draft_vocab_size
             limit = mac_limit_trimmed(vocab_size, draft_vocab_size)
+        weights = (rank * hidden_size + vocab_size * rank) if r is not None else (k or vocab_size) * hidden_size
+        moved = head_bytes(weights, batch_size, hidden_size, vocab_size, inputs.element_size())
+        bandwidth = moved / statistics.median(ts) / 1e9
         ratios = [f / t for f, t in zip(times[best_full], ts)]
         s25, s50, s75 = quartiles(ratios)
         q25, q50, q75 = quartiles(ts)
@@ -283,13 +339,20 @@ def measure_cell(
                 fraction_of_limit=s50 / limit,
                 rounds=len(ts),
                 times_ms=[t * 1e3 for t in ts],
+                device=str(inputs.device),
+                bytes_moved=moved,
+                bandwidth_gbs=bandwidth,
+                fraction_of_bandwidth=bandwidth / peak_bandwidth if peak_bandwidth else float("nan"),
             )
         )
     return rows
 
 
 __all__ = [
+    "PEAK_BANDWIDTH_GBS",
     "SHAPES",
+    "head_bytes",
+    "peak_bandwidth_gbs",
     "build_heads",
     "fast_low_rank_logits",
     "measure_cell",

@@ -22,7 +22,7 @@ from typing import Any
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-from .. import configuration_slimspec, generation_slimspec, heads_slimspec, modeling_slimspec
+from .. import configuration_slimspec, generation_slimspec, heads_slimspec, modeling_slimspec, tree_slimspec
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..training.model_card import PINNED, load_card_inputs, read_drafter_config, render_model_card
 
@@ -36,7 +36,7 @@ REMOTE_CODE = {
 }
 # The remote-code unit: every file `save_pretrained` copies next to the weights (the auto_map's modules and the
 # siblings they import relatively).
-REMOTE_CODE_MODULES = (configuration_slimspec, modeling_slimspec, heads_slimspec, generation_slimspec)
+REMOTE_CODE_MODULES = (configuration_slimspec, modeling_slimspec, heads_slimspec, generation_slimspec, tree_slimspec)
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
 # checkpoints, pickles) stays local. The `.py` files named by `auto_map` are added to these.
 UPLOAD_PATTERNS = (

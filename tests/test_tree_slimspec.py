@@ -1,0 +1,356 @@
+"""Dynamic-tree drafting (EAGLE-2): lossless greedy and sampling, stopping, streaming, dict output, the drafter's
+tree masks, the `custom_generate` entry points."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
+from slimspec_hf.modeling_slimspec import SlimSpecDrafterCache
+from slimspec_hf.tree_slimspec import _ROOT, _TreeDecoder, slimspec_tree_generate
+
+from .conftest import REPO_ROOT, make_tiny_drafter, make_tiny_target
+from .test_generation import (
+    CHI2_999,
+    _chi_square,
+    _exact_marginals,
+    make_counting_drafter,
+    make_counting_target,
+    make_drafter_for,
+)
+
+
+TREES = [(16, 4, 4), (5, 3, 2), (32, 6, 8)]  # (tree_size, tree_depth, tree_top_k)
+
+
+def tree_generate(target, ids, drafter, tree=(16, 4, 4), **kwargs):
+    size, depth, top_k = tree
+    return target.generate(
+        ids,
+        custom_generate=slimspec_tree_generate,
+        drafter=drafter,
+        tree_size=size,
+        tree_depth=depth,
+        tree_top_k=top_k,
+        **kwargs,
+    )
+
+
+class Tok:  # the smallest tokenizer a TextStreamer needs
+    def decode(self, ids, **kwargs):
+        return " ".join(str(int(i)) for i in ids) + " "
+
+
+# -- greedy identity --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", ["low_rank", "full", "trimmed"])
+def test_greedy_identity_random_drafter(head):
+    target = make_tiny_target(seed=11)
+    drafter = make_drafter_for(target, head)
+    generator = torch.Generator().manual_seed(0)
+    for i in range(12):
+        ids = torch.randint(0, 128, (1, 3 + i % 9), generator=generator)
+        plain = target.generate(ids, max_new_tokens=8 + i, do_sample=False)
+        for tree in TREES[:2]:
+            fast = tree_generate(target, ids, drafter, tree, max_new_tokens=8 + i, do_sample=False)
+            assert fast.tolist() == plain.tolist(), (i, tree)
+            assert drafter.last_generation_stats.rounds > 0
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_greedy_identity_agreeing_drafter_with_eos_and_length_boundary(tree):
+    target = make_counting_target(eos_token_id=100)
+    drafter = make_counting_drafter(target)  # wrong after multiples of 7: the runner-up child is right
+    generator = torch.Generator().manual_seed(tree[0])
+    saw_eos_inside, saw_long_accept, saw_exact_length = False, False, False
+    for i in range(16):
+        ids = torch.randint(0, 128, (1, 2 + i % 5), generator=generator)
+        max_new = 5 + (i * 7) % 23
+        plain = target.generate(ids, max_new_tokens=max_new, do_sample=False)
+        fast = tree_generate(target, ids, drafter, tree, max_new_tokens=max_new, do_sample=False)
+        assert fast.tolist() == plain.tolist(), f"prompt {i}"
+        stats = drafter.last_generation_stats
+        assert len(stats.drafted_per_position) <= tree[1]
+        saw_long_accept |= stats.acceptance_length > 2.5
+        new = plain[0, ids.shape[1] :].tolist()
+        saw_eos_inside |= 100 in new and len(new) < max_new
+        saw_exact_length |= 100 not in new and len(new) == max_new
+    assert saw_long_accept and saw_eos_inside and saw_exact_length
+
+
+class OracleDrafter(SlimSpecDrafterForCausalLM):
+    """Runs the real drafter (cache, masks, positions), then proposes the target's greedy continuation `reference`
+    from the position it is at, as runner-up where the position is a multiple of 5 (the top child is then wrong)."""
+
+    reference: list[int] = []
+
+    def forward(self, input_ids=None, position_ids=None, **kwargs):
+        out = super().forward(input_ids=input_ids, position_ids=position_ids, **kwargs)
+        vocab = self.config.vocab_size
+        positions = position_ids[:, -out.logits.shape[1] :]
+        reference = torch.tensor(self.reference + [0] * 64)
+        right = reference[positions + 2]  # input x_{t+1} at position t: predict x_{t+2}
+        wrong = (right + 1) % vocab
+        runner_up = positions % 5 == 0
+        first, second = torch.where(runner_up, wrong, right), torch.where(runner_up, right, wrong)
+        out.logits = F.one_hot(first, vocab).float() * 10 + F.one_hot(second, vocab).float() * 9
+        return out
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
+    """A random target (attention live, unlike the counting target) and a drafter that knows its greedy output:
+    accepted nodes sit deep in the tree, so the target's tree mask, node positions and cache compaction all count."""
+    target = make_tiny_target(seed=7)
+    target.set_attn_implementation(attention)
+    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
+    drafter = OracleDrafter(config).eval().attach_target(target)
+    generator = torch.Generator().manual_seed(2)
+    for i, tree in enumerate([(16, 4, 4), (6, 5, 2), (12, 6, 2)]):
+        ids = torch.randint(0, 128, (1, 5 + i), generator=generator)
+        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+        drafter.reference = plain[0].tolist()
+        assert tree_generate(target, ids, drafter, tree, max_new_tokens=30, do_sample=False).tolist() == plain.tolist()
+        assert drafter.last_generation_stats.acceptance_length > 2.5, tree
+
+
+def test_statistics_of_an_always_right_drafter():
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    drafter.wrong_every = 10_000  # never wrong
+    ids = torch.tensor([[3, 4, 5]])
+    out = tree_generate(target, ids, drafter, (8, 4, 2), max_new_tokens=21, do_sample=False)
+    assert out[0, 3:].tolist() == [(6 + i) % 128 for i in range(21)]
+    stats = drafter.last_generation_stats
+    # 1 token from the prefill, then 4 rounds of 4 accepted + 1 bonus = 20 tokens
+    assert (stats.rounds, stats.accepted_tokens, stats.drafted_tokens) == (4, 16, 32)
+    assert stats.acceptance_length == pytest.approx(5.0)
+    assert stats.per_position_acceptance == [1.0] * 4
+
+
+def test_a_one_wide_tree_is_the_chain():
+    """top_k = 1 and size = depth = k drafts the chain's k tokens: the same acceptance as `num_assistant_tokens=k`
+    (the drafter's states along a path are checked against a chain in the next test)."""
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)  # wrong after multiples of 7: rounds end in partial acceptance
+    generator = torch.Generator().manual_seed(1)
+    for i in range(6):
+        ids = torch.randint(0, 128, (1, 4 + i), generator=generator)
+        chain = target.generate(
+            ids, max_new_tokens=25, do_sample=False, assistant_model=drafter, num_assistant_tokens=3
+        )
+        chain_stats = drafter.last_generation_stats.as_dict()
+        fast = tree_generate(target, ids, drafter, (3, 3, 1), max_new_tokens=25, do_sample=False)
+        assert fast.tolist() == chain.tolist()
+        assert drafter.last_generation_stats.as_dict() == chain_stats
+        assert 0 < chain_stats["accepted_tokens"] < 3 * chain_stats["rounds"]
+
+
+def test_tree_forward_matches_each_path_run_as_a_chain():
+    """The drafter's states of every expanded node (one forward per level, 4-D tree mask) equal those of a chain
+    forward along that node's path."""
+    target = make_tiny_target(seed=4)
+    drafter = make_drafter_for(target, "low_rank")
+    ids = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(0))
+    config = target.generation_config
+    config.do_sample, config.max_length = False, 64
+    decoder = _TreeDecoder(target, drafter, config, None, tree_size=20, tree_depth=4, tree_top_k=3)
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=decoder.layer_ids)
+    features = decoder.features(out.hidden_states, None)[:, :-1]  # positions 0..7; token 8 is the root
+    key_mask = torch.ones(ids.shape[1], dtype=torch.bool)
+    positions = torch.arange(ids.shape[1])
+    with torch.no_grad():
+        root_logits, root_state = decoder.commit(ids, features, key_mask, positions)
+        tree = decoder.draft(ids, root_logits, root_state, key_mask, positions, max_depth=4)
+    expanded = [n for n in tree.slot]
+    assert len(expanded) == 3 * 3  # levels 1..3, three nodes each
+    assert all(len({tree.token[c] for c in range(len(tree.token)) if tree.parent[c] == n}) == 3 for n in expanded)
+    for node in expanded:
+        path = tree.path(node)
+        cache = SlimSpecDrafterCache()
+        with torch.no_grad():
+            chain = drafter(
+                input_ids=ids[:, 1:], target_features=features, cache=cache, use_cache=True, logits_to_keep=1
+            )
+            state = chain.hidden_states[:, -1:]
+            for j, step in enumerate(path):
+                chain = drafter(
+                    input_ids=torch.tensor([[tree.token[step]]]),
+                    hidden_states=state,
+                    position_ids=torch.tensor([[ids.shape[1] - 1 + j]]),
+                    cache=cache,
+                    use_cache=True,
+                )
+                state = chain.hidden_states
+        torch.testing.assert_close(tree.state[node], state[0, 0], rtol=1e-4, atol=1e-5)
+    # reranked: the kept nodes are ancestor-closed, and the best by cumulative log-probability
+    kept = decoder.keep(tree)
+    assert all(tree.parent[n] == _ROOT or tree.parent[n] in kept for n in kept)
+    assert min(tree.score[n] for n in kept) >= max(tree.score[n] for n in range(len(tree.token)) if n not in kept)
+
+
+# -- stopping, streaming, dict output, padding ------------------------------------------------------------------
+
+
+def test_streamer_dict_output_scores_and_left_padding(capsys):
+    from transformers import TextStreamer
+
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, "low_rank")
+    ids = torch.tensor([[0, 0, 7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    kwargs = dict(max_new_tokens=15, do_sample=False, repetition_penalty=1.3)
+    plain = target.generate(
+        input_ids=ids, attention_mask=mask, return_dict_in_generate=True, output_scores=True, **kwargs
+    )
+    fast = target.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        custom_generate=slimspec_tree_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
+        **kwargs,
+    )
+    assert fast.sequences.tolist() == plain.sequences.tolist()
+    assert len(fast.scores) == len(fast.logits) == 15
+    for a, b in zip(fast.scores, plain.scores):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+    streamer = TextStreamer(Tok())
+    target.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        custom_generate=slimspec_tree_generate,
+        drafter=drafter,
+        tree_streamer=streamer,
+        **kwargs,
+    )
+    printed = capsys.readouterr().out.split()
+    assert [int(t) for t in printed] == plain.sequences[0].tolist()
+
+
+def test_invalid_settings_fail_loudly():
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="batch-1"):
+        tree_generate(target, torch.tensor([[1, 2], [3, 4]]), drafter, max_new_tokens=4)
+    with pytest.raises(ValueError, match="`tree_size` must be a positive integer, got 0"):
+        tree_generate(target, ids, drafter, (0, 4, 4), max_new_tokens=4)
+    with pytest.raises(ValueError, match="SlimSpec drafter"):
+        tree_generate(target, ids, make_tiny_target(), max_new_tokens=4)
+    with pytest.raises(ValueError, match="output_attentions"):
+        tree_generate(target, ids, drafter, max_new_tokens=4, return_dict_in_generate=True, output_attentions=True)
+    with pytest.raises(ValueError, match="vocab_size \\(100\\)"):
+        tree_generate(target, ids, make_tiny_drafter(make_tiny_target(vocab_size=100)), max_new_tokens=4)
+    with pytest.raises(ValueError, match="DynamicCache"):
+        tree_generate(target, ids, drafter, max_new_tokens=4, cache_implementation="static")
+
+
+def test_custom_generate_folder_loads_like_a_hub_repo(tmp_path, capsys):
+    """`generate(custom_generate=<repo>, trust_remote_code=True)` runs `custom_generate/generate.py` from a local
+    folder laid out as a Hub repo (offline)."""
+    from transformers import TextStreamer
+
+    repo = tmp_path / "tree-repo"
+    shutil.copytree(REPO_ROOT / "src" / "slimspec_hf" / "custom_generate", repo / "custom_generate")
+    target = make_counting_target(eos_token_id=100)
+    drafter = make_counting_drafter(target)
+    ids = torch.tensor([[40, 41, 42]])
+    plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+    fast = target.generate(
+        ids,
+        custom_generate=str(repo),
+        trust_remote_code=True,
+        assistant_model=drafter,
+        max_new_tokens=30,
+        do_sample=False,
+        tree_size=8,
+        tree_depth=3,
+        tree_top_k=2,
+        streamer=TextStreamer(Tok()),
+    )
+    assert fast.tolist() == plain.tolist()
+    assert [int(t) for t in capsys.readouterr().out.split()] == plain[0].tolist()
+    stats = drafter.last_generation_stats
+    assert stats.rounds > 0 and len(stats.drafted_per_position) == 3
+    with pytest.raises(ValueError, match="assistant_model"):
+        target.generate(ids, custom_generate=str(repo), trust_remote_code=True, max_new_tokens=3)
+
+
+# -- sampling ---------------------------------------------------------------------------------------------------
+
+
+def _sampling_pair():
+    target = make_tiny_target(seed=21, vocab_size=12)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(8)  # a peaked, non-uniform target distribution
+    drafter = make_tiny_drafter(target, head_type="full", seed=4)
+    with torch.no_grad():
+        drafter.lm_head.weight.copy_(target.lm_head.weight + 0.5 * torch.randn_like(target.lm_head.weight))
+    return target, drafter
+
+
+def _sample_tokens(target, drafter, prompt, n, seed, tree=(4, 2, 3)):
+    torch.manual_seed(seed)
+    counts = torch.zeros(3, target.config.vocab_size)
+    for _ in range(n):
+        out = tree_generate(target, prompt, drafter, tree, max_new_tokens=3, do_sample=True, top_k=0)
+        for j in range(3):
+            counts[j, out[0, prompt.shape[1] + j]] += 1
+    return counts
+
+
+def test_tree_sampling_matches_the_target_distribution(monkeypatch):
+    # tree (4, 2, 3): 3 i.i.d. draws per node out of 12 tokens (duplicates), 3 + 9 nodes of which 4 are kept (pruned
+    # children get accepted): every branch of the acceptance walk is exercised.
+    target, drafter = _sampling_pair()
+    prompt = torch.tensor([[1, 5, 3]])
+    exact = _exact_marginals(target, prompt, 3)
+    counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
+    stats = drafter.last_generation_stats
+    assert stats.drafted_tokens > 0
+    for j in (1, 2):  # tokens 2 and 3 come through the tree's acceptance rule
+        stat, dof = _chi_square(counts[j], exact[j])
+        assert stat < CHI2_999[dof - 1], (j, stat, dof)
+
+    # The same test fails for EAGLE-2's deterministic top-k children under the same rejection rule (measured: 660-680
+    # for token 2, against 11-18 for i.i.d. draws) ...
+    with monkeypatch.context() as patch:
+        patch.setattr(_TreeDecoder, "draw_children", staticmethod(lambda q, k: q.topk(k, dim=-1).indices))
+        counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
+    stat, dof = _chi_square(counts[1], exact[1])
+    assert stat > CHI2_999[dof - 1], stat
+    # ... and for a broken acceptance rule that always accepts the first draw (measured: ~9600).
+    monkeypatch.setattr(_TreeDecoder, "accepts", staticmethod(lambda p, q, token: True))
+    counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
+    stat, dof = _chi_square(counts[1], exact[1])
+    assert stat > CHI2_999[dof - 1], stat
+
+
+# -- the real SmolLM2 target with the shipped drafter -----------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
+    model, tokenizer = embedded_target
+    folder = Path(REPO_ROOT) / "drafters" / "smollm2-135m-instruct-slimspec"
+    drafter = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    questions = ["What is 2 + 2?", "Name three colours.", "Write a haiku about the sea."]
+    for question, tree in zip(questions, [(16, 4, 4), (8, 3, 2), (32, 6, 8)]):
+        messages = [{"role": "user", "content": question}]
+        inputs = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        plain = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+        fast = tree_generate(model, inputs["input_ids"], drafter, tree, max_new_tokens=40, do_sample=False)
+        assert fast.tolist() == plain.tolist(), question
+        assert drafter.last_generation_stats.acceptance_length > 1.2
