@@ -167,7 +167,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             return self._json(200, {"type": "user", "name": "tester", "orgs": [], "auth": {"type": "access_token"}})
         if parts[:2] == ["api", "models"] and len(parts) >= 3:
             return self._model_api(method, parts[2:], query, body)
-        for i in (1, 2):  # /{repo_id}/resolve/{revision}/{path}, repo ids with or without a namespace
+        # /{repo_id}/resolve/{revision}/{path}, repo ids with or without a namespace; dataset repos (seeded with
+        # `HubServer.publish`) are served under /datasets/{org}/{name}/resolve/... and stored as "datasets/org/name"
+        for i in (1, 2, 3):
             if len(parts) > i + 2 and parts[i] == "resolve" and method in ("GET", "HEAD"):
                 return self._resolve(method, "/".join(parts[:i]), unquote(parts[i + 1]), parts[i + 2 :])
         raise HubError(404, f"test hub server: no route for {method} /{'/'.join(parts)}")
@@ -405,7 +407,19 @@ class HubServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # -- inspection helpers for tests --------------------------------------------------------------------------
+    # -- seeding and inspection helpers for tests ---------------------------------------------------------------
+    def publish(self, repo_id: str, files: dict[str, bytes], repo_type: str = "model") -> str:
+        """Creates (or updates) a repo holding `files` without going through the client; returns the commit oid.
+        Dataset repos are readable with `hf_hub_download(..., repo_type="dataset")` (resolve only)."""
+        key = f"datasets/{repo_id}" if repo_type == "dataset" else repo_id
+        with self.state.lock:
+            repo = self.state.repos.setdefault(key, Repo(repo_id=key, private=False))
+            parent = repo.branches.get("main")
+            previous = dict(repo.commits[parent].files) if parent else {}
+            commit = self.state.new_commit(repo, parent, "seeded by the test", {**previous, **files})
+            repo.branches["main"] = commit.oid
+            return commit.oid
+
     def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
         with self.state.lock:
             repo = self.state.repo(repo_id)

@@ -402,12 +402,12 @@ def test_mismatched_drafters_fail_loudly():
         target.generate(torch.tensor([[1, 2], [3, 4]]), max_new_tokens=4, assistant_model=drafter)
 
 
-def test_target_name_mismatch_warns():
+def test_target_of_another_depth_warns():
     target = make_tiny_target()
-    target.config._name_or_path = "org/some-other-model"
     drafter = make_tiny_drafter(target, target_model_name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct")
+    deeper = make_tiny_target(num_hidden_layers=8)
     with pytest.warns(UserWarning, match="trained for"):
-        target.generate(torch.tensor([[1, 2]]), max_new_tokens=3, assistant_model=drafter)
+        deeper.generate(torch.tensor([[1, 2]]), max_new_tokens=3, assistant_model=drafter)
 
 
 def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
@@ -645,3 +645,22 @@ def test_tree_settings_route_generate_to_tree_decoding(head):
     )
     assert chain.tolist() == plain.tolist()
     assert drafter.last_generation_stats.drafted_tokens / drafter.last_generation_stats.rounds <= 2
+
+
+def test_same_target_under_another_name_does_not_warn_and_a_warning_points_at_the_caller():
+    """The same target loaded from a local folder (its `_name_or_path` a cache path) is the same target (#21)."""
+    import warnings
+
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target, target_model_name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct")
+    target.config._name_or_path = "/root/.cache/slimspec_hf/smollm2-135m-instruct-fp32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target.generate(torch.tensor([[1, 2]]), max_new_tokens=3, assistant_model=drafter)
+    deeper = make_tiny_target(num_hidden_layers=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        deeper.generate(torch.tensor([[1, 2]]), max_new_tokens=3, assistant_model=drafter)
+    (warning,) = [w for w in caught if "trained for" in str(w.message)]
+    assert warning.filename == __file__, warning.filename
+    assert "6 layers" in str(warning.message) and "8 layers" in str(warning.message)

@@ -1,7 +1,12 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The `slimspec` command. Each sub-command lives in `slimspec_hf/commands/` and is imported lazily."""
+"""The `slimspec` command. Each sub-command lives in `slimspec_hf/commands/` and is imported lazily.
+
+`main` is the one error boundary: an expected failure prints `slimspec <command>: error: <message>` and exits 2;
+`slimspec --debug <command> ...` (or `SLIMSPEC_DEBUG=1`) shows the traceback instead.
+"""
 
 import importlib
+import os
 import sys
 
 
@@ -54,14 +59,28 @@ COMMANDS = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: slimspec <command> [options]", "", "commands:"]
+    lines = ["usage: slimspec [--debug] <command> [options]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `slimspec <command> --help` for a command's options."]
+    lines += [
+        "",
+        "Run `slimspec <command> --help` for a command's options. `--debug` (or SLIMSPEC_DEBUG=1) shows tracebacks.",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:  # anywhere on the line, before or after the command; for this call only
+        argv.remove("--debug")
+        previous = os.environ.get("SLIMSPEC_DEBUG")
+        os.environ["SLIMSPEC_DEBUG"] = "1"
+        try:
+            return main(argv)
+        finally:
+            if previous is None:
+                del os.environ["SLIMSPEC_DEBUG"]
+            else:
+                os.environ["SLIMSPEC_DEBUG"] = previous
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
@@ -69,10 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"slimspec: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    target, _ = COMMANDS[name]
-    module_name, function_name = target.split(":")
-    function = getattr(importlib.import_module(module_name), function_name)
-    return int(function(rest) or 0)
+    from .commands.common import run_command
+
+    def command(args: list[str]) -> int:
+        module_name, function_name = COMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module_name), function_name)(args)
+
+    return run_command(f"slimspec {name}", command, rest)
 
 
 if __name__ == "__main__":

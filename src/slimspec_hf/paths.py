@@ -43,9 +43,19 @@ def drafters_dir() -> Path:
     return checkout / "drafters" if checkout is not None else cache_dir() / "drafters"
 
 
+def looks_like_path(value: "str | os.PathLike") -> bool:
+    """Whether `value` reads as a local path rather than a Hub repo id (`name` or `org/name`): absolute, starting
+    with `.` or `~`, or with more than one separator."""
+    text = str(value)
+    if os.path.isabs(text) or text.startswith((".", "~")):
+        return True
+    parts = text.replace(os.sep, "/").split("/")
+    return len(parts) > 2 or (len(parts) == 2 and not all(parts))
+
+
 def embedded_drafter_dir() -> Path:
     """The drafter trained for the embedded SmolLM2 target."""
     return drafters_dir() / EMBEDDED_DRAFTER_NAME
 
 
-__all__ = ["cache_dir", "source_checkout", "data_dir", "drafters_dir", "embedded_drafter_dir"]
+__all__ = ["looks_like_path", "cache_dir", "source_checkout", "data_dir", "drafters_dir", "embedded_drafter_dir"]

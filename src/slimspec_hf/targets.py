@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import cache_dir, embedded_drafter_dir
+from .paths import cache_dir, embedded_drafter_dir, looks_like_path
 
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,12 @@ def load_target(
 
     if is_embedded(name_or_path) and gguf_file is None:
         return load_embedded_target(dtype=dtype, device=device)
-    path = Path(str(name_or_path))
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if not path.exists() and looks_like_path(str(name_or_path)):
+        # checked here, before transformers reads the string as a (malformed) Hub repo id
+        raise FileNotFoundError(
+            f"`target`: no such folder or file: {name_or_path} (pass a folder, a .gguf or a Hub id)"
+        )
     if gguf_file is None and path.suffix == ".gguf":
         path, gguf_file = path.parent, path.name
         name_or_path = str(path)

@@ -25,9 +25,9 @@ def test_profile_splits_the_round_and_restores_forward():
     assert "forward" not in vars(target) and "forward" not in vars(drafter) and "forward" not in vars(drafter.lm_head)
 
 
-def test_bad_max_new_tokens_is_refused(capsys):
-    assert main(["hi", "--drafter", "x", "--max-new-tokens", "0"]) == 2
-    assert "--max-new-tokens must be positive, got 0" in capsys.readouterr().err
+def test_bad_max_new_tokens_is_refused():
+    with pytest.raises(ValueError, match="`--max-new-tokens` must be positive, got 0"):
+        main(["hi", "--drafter", "x", "--max-new-tokens", "0"])
 
 
 @pytest.mark.integration

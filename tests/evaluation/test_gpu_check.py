@@ -80,7 +80,7 @@ def test_goals_and_summary_read_a_failed_step_without_results():
 
 
 def test_bad_budget_is_a_user_error(capsys):
-    assert cli.main(["gpu-check", "--budget", "0"]) == 1
+    assert cli.main(["gpu-check", "--budget", "0"]) == 2  # the one exit code of user errors (#21)
     assert "`--budget` must be > 0" in capsys.readouterr().err
 
 

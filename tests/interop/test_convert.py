@@ -13,9 +13,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from slimspec_hf import SlimSpecDrafterForCausalLM
-from slimspec_hf.commands.convert import main as convert_main
-from slimspec_hf.commands.export import main as export_main
+from slimspec_hf import SlimSpecDrafterForCausalLM, cli
 from slimspec_hf.interop.convert import convert_eagle3, expand_draft_head, read_eagle3_checkpoint
 from slimspec_hf.interop.export import export_eagle3, export_speculators
 from slimspec_hf.training.head_init import prepare_head_finetune
@@ -26,6 +24,14 @@ from ..conftest import make_tiny_target
 ATOL = 1e-5
 L = 8  # target layers: EAGLE-3's default {2, L//2, L-3} = {2, 4, 5} are distinct
 PREFIX = {"eagle": "midlayer.", "speculators": "layers.0."}
+
+
+def convert_main(argv):  # through the `slimspec` error boundary, as a user runs it
+    return cli.main(["convert", *argv])
+
+
+def export_main(argv):
+    return cli.main(["export", *argv])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -660,7 +666,7 @@ def test_cli_norm_before_residual_override(tmp_path, target, capsys):
     del cfg["norm_before_residual"]
     write_checkpoint(src, cfg, sd)
     args = ["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(tmp_path / "slim")]
-    assert convert_main(args) == 1
+    assert convert_main(args) == 2
     assert "--norm-before-residual" in capsys.readouterr().err
     assert convert_main(args + ["--norm-before-residual", "true", "--head", "full"]) == 0
     assert "norm_before_residual: true (--norm-before-residual override)" in capsys.readouterr().out
@@ -676,7 +682,8 @@ def test_cli_reports_errors(tmp_path, target, capsys):
     code = convert_main(
         ["--from", "eagle3", str(src), "--target", str(tmp_path / "target"), "--out", str(tmp_path / "o")]
     )
-    assert code == 1 and "`d2t`" in capsys.readouterr().err
+    assert code == 2 and "`d2t`" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing half-written
 
 
 def test_prepare_head_finetune(tmp_path, target):

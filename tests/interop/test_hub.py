@@ -446,7 +446,8 @@ def test_card_front_matter_parses_and_carries_the_metrics():
         )
     meta = _front_matter(str(card))
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
+    assert meta["library_name"] == "transformers" and "pipeline_tag" not in meta  # no widget that cannot work
+    assert meta["inference"] is False and meta["license"] == "apache-2.0"  # the target's licence
     assert meta["tags"] == ["speculative-decoding", "eagle3", "slimspec", "low-rank-head"]
     assert meta["datasets"] == ["org/prompts"]
     (index,) = meta["model-index"]
@@ -465,7 +466,8 @@ def test_card_front_matter_parses_and_carries_the_metrics():
         (config, metric, value) for config, metrics in by_config.items() for metric, value in metrics.items()
     )
     text = str(card)
-    assert 'AutoModelForCausalLM.from_pretrained("org/smol-drafter")' in text
+    assert 'AutoModelForCausalLM.from_pretrained("org/smol-drafter", dtype=target.dtype)' in text
+    assert "apply_chat_template" in text and "<your-org>" not in text and "<target-model-id>" not in text
     assert f'revision="{"a" * 40}"' in text
     assert "| rank r | 4 (hidden size d = 32, d / r = 8.0) |" in text
     assert "0.200 (measured)" in text  # ν
@@ -533,7 +535,7 @@ def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
     assert path == tmp_path / "README.md"
     write_model_card(tmp_path, results=RESULTS)  # as the benchmark does later
     text = path.read_text()
-    assert "| `ttt_steps` | `6` |" in text and "Acceptance length τ | 3.10" in text
+    assert "| `ttt_steps` | `6` |" in text and "**Acceptance length τ** | **3.10**" in text
     assert "hub_token" not in text and "/home/me/run" not in text
     stored = json.loads((tmp_path / CARD_INPUTS_FILE).read_text())
     assert stored["recipe"]["head_rank"] == 4 and stored["results"][0]["speedup"] == 2.0

@@ -3,18 +3,24 @@
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from ..evaluation.benchmark import (
     DATASETS,
+    default_questions_path,
     load_questions,
     render_markdown,
     run_benchmark,
     write_outputs,
 )
-from ..paths import data_dir
-from .common import add_runtime_arguments, load_models, runtime_line
+from .common import (
+    CommandError,
+    add_runtime_arguments,
+    check_model_source,
+    load_models,
+    resolve_data_file,
+    runtime_line,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -23,7 +29,9 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slimspec bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="embedded", help="target: Hub id, local folder, .gguf path or 'embedded'")
-    p.add_argument("--drafter", action="append", default=[], metavar="PATH", help="drafter folder (repeatable)")
+    p.add_argument(
+        "--drafter", action="append", default=[], metavar="PATH", help="drafter folder or Hub id (repeatable)"
+    )
     p.add_argument("--name", action="append", default=None, help="display name per --drafter (default: folder name)")
     p.add_argument("--reference", default=None, help="name of the full-head drafter ρτ and ν refer to")
     p.add_argument(
@@ -41,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each drafter twice: as a chain (NAME) and hybrid with prompt lookup (NAME+lookup)",
     )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
-    p.add_argument("--data", default=None, help="question jsonl (default: the shared data of --dataset)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="question jsonl: a local file or hf://datasets/ORG/NAME/PATH (default: $SLIMSPEC_DATA's copy of "
+        "--dataset, else the copy shipped in the package)",
+    )
     p.add_argument("--categories", nargs="+", default=None, help="keep these categories (e.g. mt_bench qa coding)")
     p.add_argument("--limit", type=int, default=None, help="first N questions of each category")
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -70,12 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     if args.name is not None and len(args.name) != len(args.drafter):
-        print(
-            f"slimspec bench: got {len(args.name)} --name for {len(args.drafter)} --drafter; give one per drafter.",
-            file=sys.stderr,
-        )
-        return 2
-    data = Path(args.data) if args.data else data_dir() / DATASETS[args.dataset]
+        raise CommandError(f"`--name`: got {len(args.name)} for {len(args.drafter)} --drafter; give one per drafter.")
+    data = resolve_data_file(args.data, "--data") if args.data else default_questions_path(args.dataset)
+    check_model_source(args.target, "--target", allow_file=True)
+    for path in args.drafter:
+        check_model_source(path, "--drafter")
     questions = load_questions(data, args.categories, args.limit, args.dataset)
     target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
     logger.info(runtime_line(target))

@@ -125,13 +125,17 @@ def main(argv: list[str] | None = None) -> int:
             print(header, "", render_table(rows, best, args.kappa, d), f"\nchosen rank: {best.rank}\n", sep="\n")
     else:
         from ..targets import load_target
+        from .common import check_model_source
 
-        target, tokenizer = load_target(args.target, dtype=torch.float32)
+        drafter_path = check_model_source(args.drafter, "--drafter") if args.drafter else None
+        target, tokenizer = load_target(
+            check_model_source(args.target, "--target", allow_file=True), dtype=torch.float32
+        )
         drafter = proxy_weight = None
-        if args.drafter:
+        if drafter_path:
             from ..modeling_slimspec import SlimSpecDrafterForCausalLM
 
-            drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.drafter, dtype=torch.float32)
+            drafter = SlimSpecDrafterForCausalLM.from_pretrained(drafter_path, dtype=torch.float32)
             drafter.to(target.device).eval().attach_target(target)
             proxy_weight = drafter_head_weight(drafter)
         weight = load_head_weight(args.head) if args.head else target.get_output_embeddings().weight.detach()

@@ -2,6 +2,9 @@
 """`slimspec convert`: an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators) into a SlimSpec drafter."""
 
 import argparse
+import shutil
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -13,10 +16,22 @@ from ..interop.convert import (
     read_eagle3_checkpoint,
 )
 from ..targets import DTYPE_CHOICES, load_target, resolve_dtype
-from .common import error_boundary
+from .common import check_model_source, resolve_model_folder
 
 
-@error_boundary("slimspec convert", code=1, errors=(ValueError, FileNotFoundError, TypeError))
+def _save_atomically(drafter, out: Path) -> None:
+    """`save_pretrained` into a temporary sibling folder that replaces `out` only once complete."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        drafter.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec convert",
@@ -24,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         "into a SlimSpec drafter with a low-rank head.",
     )
     parser.add_argument("--from", dest="source_kind", choices=["eagle3"], required=True, help="source drafter family")
-    parser.add_argument("src", help="folder of the EAGLE-3 drafter (config.json + safetensors)")
+    parser.add_argument(
+        "src", help="folder or Hub id (org/name[@revision]) of the EAGLE-3 drafter (config.json + safetensors)"
+    )
     parser.add_argument("--target", required=True, help="target model: Hub id, local folder, .gguf, or 'embedded'")
     parser.add_argument("--out", required=True, help="output folder of the SlimSpec drafter")
     parser.add_argument("--head", choices=CONVERT_HEAD_TYPES, default="low_rank", help="head type (default low_rank)")
@@ -51,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
-    target, _ = load_target(args.target, dtype=torch.float32, tokenizer_required=False)
-    ckpt = read_eagle3_checkpoint(args.src, norm_before_residual=residual)
+    target_name = check_model_source(args.target, "--target", allow_file=True)
+    src = resolve_model_folder(args.src, "src", allow_patterns=["*.json", "*.safetensors"])
+    ckpt = read_eagle3_checkpoint(src, norm_before_residual=residual)
+    target, _ = load_target(target_name, dtype=torch.float32, tokenizer_required=False)
     drafter = convert_eagle3(
         ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
     )
@@ -67,6 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
         error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
         summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
-    drafter.to(resolve_dtype(args.dtype)).save_pretrained(args.out)
+    _save_atomically(drafter.to(resolve_dtype(args.dtype)), Path(args.out))
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0

@@ -6,10 +6,9 @@ import argparse
 from ..interop.export import EXPORT_FORMATS, export_eagle3, export_speculators
 from ..modeling_slimspec import SlimSpecDrafterForCausalLM
 from ..targets import DTYPE_CHOICES, embedded_target_dir, is_embedded, resolve_dtype
-from .common import error_boundary
+from .common import resolve_model_folder
 
 
-@error_boundary("slimspec export", code=1)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec export",
@@ -18,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         "low-rank factors, served by the slimspec vLLM plugin).",
     )
     parser.add_argument("--to", dest="fmt", choices=EXPORT_FORMATS, required=True, help="output format")
-    parser.add_argument("src", help="folder of the SlimSpec drafter")
+    parser.add_argument("src", help="folder or Hub id (org/name[@revision]) of the SlimSpec drafter")
     parser.add_argument("out", help="output folder")
     parser.add_argument(
         "--dtype", choices=DTYPE_CHOICES, default="auto", help="weight dtype (default auto: the drafter's own)"
@@ -30,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         "speculators library loads; 'embedded' writes the local folder of the embedded SmolLM2 (default: config's)",
     )
     args = parser.parse_args(argv)
-    drafter = SlimSpecDrafterForCausalLM.from_pretrained(args.src)
+    src = resolve_model_folder(args.src, "src")
+    drafter = SlimSpecDrafterForCausalLM.from_pretrained(src)
     dtype = None if args.dtype == "auto" else resolve_dtype(args.dtype)
     verifier = args.verifier
     if verifier is not None and args.fmt != "eagle3":

@@ -2,19 +2,22 @@
 """`slimspec generate`: answer a prompt with the target, drafted by a SlimSpec drafter, streaming the answer."""
 
 import argparse
-import sys
 
 import torch
 
 from ..evaluation.timing import encode_prompt, format_profile, profile_generation, sampling_kwargs, timed_generate
-from .common import add_runtime_arguments, load_models, runtime_line
+from .common import CommandError, add_runtime_arguments, load_models, runtime_line
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slimspec generate", description=__doc__)
     parser.add_argument("prompt", help="the user message")
     parser.add_argument("--drafter", required=True, help="folder or Hub id of a SlimSpec drafter")
-    parser.add_argument("--target", default=None, help="target name or path (default: embedded SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="target: Hub id, local folder, .gguf path (default: embedded SmolLM2-135M-Instruct)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -33,8 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_new_tokens <= 0:
-        print(f"slimspec generate: --max-new-tokens must be positive, got {args.max_new_tokens}", file=sys.stderr)
-        return 2
+        raise CommandError(f"`--max-new-tokens` must be positive, got {args.max_new_tokens}.")
     from transformers import TextStreamer
 
     target, tokenizer, drafters = load_models(args.target, [args.drafter], args.dtype, threads=args.threads)

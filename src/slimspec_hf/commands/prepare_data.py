@@ -3,12 +3,12 @@
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 import torch
 
 from ..training.data import _check_run_config, load_prompts, regenerate
+from .common import CommandError, check_model_source, resolve_data_file
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -22,7 +22,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Regenerate the responses to prompts with the target (resumable: rerun to continue).",
     )
     parser.add_argument("--target", default="embedded", help="target: Hub id, folder, .gguf, or `embedded`")
-    parser.add_argument("--prompts", required=True, help="JSONL with `turns` (or `messages`) per line")
+    parser.add_argument(
+        "--prompts",
+        required=True,
+        help="JSONL with `turns` (or `messages`) per line: a local file or hf://datasets/ORG/NAME/PATH",
+    )
     parser.add_argument("--out", required=True, help="output folder (datasets-loadable JSONL shards)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=512)
@@ -43,16 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in ("batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
-            print(
-                f"prepare-data: `--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.", file=sys.stderr
-            )
-            return 2
+            raise CommandError(f"`--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.")
     if args.threads:
         torch.set_num_threads(args.threads)
     from ..targets import load_target
 
-    prompts = load_prompts(args.prompts, args.max_prompts)
+    target_name = check_model_source(args.target, "--target", allow_file=True)
+    prompts = load_prompts(resolve_data_file(args.prompts, "--prompts"), args.max_prompts)
     out_dir = Path(args.out)
+    # the target loads before anything is written to `--out`, so that a bad target leaves nothing behind
+    model, tokenizer = load_target(target_name, dtype=getattr(torch, args.dtype), device=args.device)
     _check_run_config(
         out_dir,
         {
@@ -64,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": args.dtype,
         },
     )
-    model, tokenizer = load_target(args.target, dtype=getattr(torch, args.dtype), device=args.device)
     stats = regenerate(
         model,
         tokenizer,

@@ -2,12 +2,12 @@
 """`slimspec push`: push a drafter folder to the Hub with its model card."""
 
 import argparse
+from pathlib import Path
 
 from ..interop.hub import push_folder
-from .common import error_boundary
+from .common import CommandError
 
 
-@error_boundary("slimspec push", code=2, errors=(ValueError, TypeError, FileNotFoundError))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec push",
@@ -26,8 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--recipe", default=None, help="YAML training recipe to describe in the card")
     parser.add_argument("--dataset", action="append", default=None, help="training dataset id (repeatable)")
+    parser.add_argument(
+        "--license",
+        default=None,
+        help="licence of the card's front matter, e.g. apache-2.0 (default: the target's, read from its Hub card)",
+    )
     parser.add_argument("--keep-card", action="store_true", help="publish the folder's README.md unchanged")
     args = parser.parse_args(argv)
+    if not Path(args.model_dir).is_dir():
+        raise CommandError(f"`model_dir`: no such folder: {args.model_dir} (pass a folder written by save_pretrained)")
     info, pinned = push_folder(
         args.model_dir,
         args.repo_id,
@@ -39,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe=args.recipe,
         datasets=args.dataset,
         update_card=not args.keep_card,
+        license=args.license,
     )
     print(f"pushed {args.model_dir} to {info.commit_url}")
     print(f"pinned revision (trust_remote_code=True): {pinned}")

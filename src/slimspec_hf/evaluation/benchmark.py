@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 DATASETS = {"spec_bench": "eval/spec_bench/question.jsonl", "mt_bench": "eval/mt_bench/question.jsonl"}
 DATASET_NAMES = {"spec_bench": "Spec-Bench", "mt_bench": "MT-Bench"}
+# The same files, shipped in the package (`evaluation/data/`, Apache-2.0) so that a `pip install` can benchmark.
+PACKAGED_DATASETS = {"spec_bench": "spec_bench.jsonl", "mt_bench": "mt_bench.jsonl"}
 # Spec-Bench reports its MT-Bench questions (ids 81-160) as one category.
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 OVERALL = "overall"
@@ -45,6 +47,16 @@ def report_category(category: str, dataset: str = "spec_bench") -> str:
     if dataset == "spec_bench" and category in MT_BENCH_CATEGORIES:
         return "mt_bench"
     return category
+
+
+def default_questions_path(dataset: str = "spec_bench") -> Path:
+    """The question file of `dataset`: `$SLIMSPEC_DATA/<DATASETS[dataset]>` when `SLIMSPEC_DATA` is set, else the
+    copy shipped in the package (`slimspec_hf/evaluation/data/`)."""
+    if dataset not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {sorted(DATASETS)}, got {dataset!r}.")
+    if "SLIMSPEC_DATA" in os.environ:
+        return Path(os.environ["SLIMSPEC_DATA"]) / DATASETS[dataset]
+    return Path(__file__).resolve().parent / "data" / PACKAGED_DATASETS[dataset]
 
 
 def load_questions(
@@ -58,7 +70,8 @@ def load_questions(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"No question file at {path}: pass `--data PATH` or set SLIMSPEC_DATA to the shared data folder."
+            f"no question file at {path}: pass an existing `--data` file, or unset SLIMSPEC_DATA to use the "
+            "questions shipped with the package."
         )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     questions = []
@@ -543,6 +556,7 @@ def write_outputs(report: dict, output_dir: str | os.PathLike) -> list[Path]:
 
 
 __all__ = [
+    "default_questions_path",
     "load_questions",
     "report_category",
     "System",

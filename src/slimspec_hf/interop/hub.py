@@ -4,9 +4,12 @@
 - [`push_to_hub`] publishes a drafter folder (or a model): weights, config, the remote-code files named by
   `auto_map`, and the card, whose `trust_remote_code` snippet pins the commit that holds this code and these weights.
 - [`load_drafter`] loads by repo id or path, failing clearly when the repo is not a SlimSpec drafter.
+- [`download_repo`] and [`download_hub_file`] fetch what a command takes as a path from the Hub instead
+  (`snapshot_download` / `hf_hub_download`, so `HF_ENDPOINT`, tokens and the cache apply).
 - `slimspec push DIR REPO_ID` is `slimspec_hf.commands.push`.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +19,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from .. import configuration_slimspec, generation_slimspec, heads_slimspec, modeling_slimspec, tree_slimspec
@@ -126,6 +129,7 @@ def push_folder(
     update_card: bool = True,
     max_shard_size: int | str = "50GB",
     create_pr: bool = False,
+    license: str | None = None,
 ):
     """`push_to_hub`, returning (CommitInfo of the last commit, pinned revision)."""
     if create_pr:
@@ -149,6 +153,7 @@ def push_folder(
                 datasets=datasets,
                 tags=tags,
                 update_card=update_card,
+                license=license,
             )
     folder = Path(model_dir)
     config, _ = read_drafter_config(folder)
@@ -160,6 +165,7 @@ def push_folder(
         "recipe": recipe if recipe is not None else card_inputs.get("recipe"),
         "results": results if results is not None else card_inputs.get("results"),
         "datasets": datasets if datasets is not None else card_inputs.get("datasets"),
+        "license": license or card_inputs.get("license") or target_license(config, token=token),
     }
     if update_card:  # validate the inputs before anything is uploaded
         render_model_card(config, repo_id=repo_id, tags=tags, **card_inputs)
@@ -188,6 +194,19 @@ def push_folder(
         revision=branch,
     )
     return card_info, pinned
+
+
+def target_license(config: dict, token: str | None = None) -> str | None:
+    """The licence in the front matter of the drafter's target on the Hub (`target_model_name_or_path`), or None
+    when the target is not a Hub repo, has no card, or cannot be reached."""
+    target = config.get("target_model_name_or_path")
+    if not target or Path(str(target)).exists():
+        return None
+    try:
+        card_data = HfApi(token=token).model_info(str(target)).card_data
+    except Exception:  # noqa: BLE001 - a card without a licence is fine; the card then asks for `--license`
+        return None
+    return getattr(card_data, "license", None) if card_data is not None else None
 
 
 def push_to_hub(
@@ -278,7 +297,73 @@ def load_drafter(
     )
 
 
+@contextlib.contextmanager
+def _hub_errors(what: str, revision: str | None):
+    """Turns huggingface_hub's typed errors into one-line `ValueError`s naming `what`."""
+    try:
+        yield
+    except RevisionNotFoundError as err:
+        raise ValueError(f"{what}: revision {revision!r} does not exist; pass a branch, tag or commit sha.") from err
+    except RepositoryNotFoundError as err:
+        raise ValueError(f"{what}: no such Hub repo (or this token cannot read it).") from err
+    except EntryNotFoundError as err:
+        raise ValueError(f"{what}: no such file in the repo at revision {revision or 'main'!r}.") from err
+
+
+def download_repo(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    repo_type: str | None = None,
+    allow_patterns: Sequence[str] | None = None,
+    token: str | None = None,
+) -> Path:
+    """The local folder of a Hub repo (`snapshot_download`, cached), limited to `allow_patterns` when given."""
+    with _hub_errors(f"{repo_id!r}", revision):
+        return Path(
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                repo_type=repo_type,
+                allow_patterns=list(allow_patterns) if allow_patterns else None,
+                token=token,
+            )
+        )
+
+
+def parse_hub_file(uri: str) -> tuple[str, str, str | None, str]:
+    """`(repo_id, repo_type, revision, filename)` of `hf://[datasets/|spaces/]ORG/NAME[@REVISION]/PATH`
+    (huggingface_hub's `HfFileSystem` spelling)."""
+    rest = uri.removeprefix("hf://")
+    repo_type = "model"
+    for prefix, kind in (("datasets/", "dataset"), ("spaces/", "space"), ("models/", "model")):
+        if rest.startswith(prefix):
+            rest, repo_type = rest[len(prefix) :], kind
+            break
+    parts = rest.split("/")
+    if len(parts) < 3 or not all(parts):
+        raise ValueError(
+            f"{uri!r} is not a Hub file: write hf://datasets/ORG/NAME/PATH (or hf://datasets/ORG/NAME@REVISION/PATH)."
+        )
+    name, _, revision = parts[1].partition("@")
+    return f"{parts[0]}/{name}", repo_type, revision or None, "/".join(parts[2:])
+
+
+def download_hub_file(uri: str, param: str = "path", token: str | None = None) -> Path:
+    """The local (cached) copy of one file of a Hub repo, given as `hf://datasets/ORG/NAME[@REVISION]/PATH`."""
+    try:
+        repo_id, repo_type, revision, filename = parse_hub_file(uri)
+    except ValueError as err:
+        raise ValueError(f"`{param}`: {err}") from err
+    with _hub_errors(f"`{param}` {uri}", revision):
+        return Path(hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, token=token))
+
+
 __all__ = [
+    "target_license",
+    "download_hub_file",
+    "download_repo",
+    "parse_hub_file",
     "push_to_hub",
     "drafter_push_to_hub",
     "install_push_hook",

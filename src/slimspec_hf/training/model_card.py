@@ -26,7 +26,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..utils import atomic_write
-from .config import card_fields
+from .config import SlimSpecConfig, card_fields
 
 
 MODEL_TYPE = SlimSpecDrafterConfig.model_type
@@ -51,6 +51,61 @@ PINNED = re.compile(r'revision="([0-9a-f]{40})"')
 PLACEHOLDER_TARGET = "<target-model-id>"
 PLACEHOLDER_REPO = "<your-org>/<drafter-name>"
 PLACEHOLDER_REVISION = "<commit-sha>"
+# Licences of targets whose card is known here; any other target's licence is read from the Hub at push time
+# (`interop.hub.target_license`) or given with `slimspec push --license`.
+KNOWN_TARGET_LICENSES = {"HuggingFaceTB/SmolLM2-135M-Instruct": "apache-2.0"}
+EMBEDDED_ALIASES = ("embedded", "smollm2", "smollm2-135m-instruct")
+# Recipe keys that describe the machine a run used, not the recipe: never shown in a card.
+RECIPE_LOCAL = {
+    "use_cpu",
+    "cpu_threads",
+    "dataloader_num_workers",
+    "dataset_path",
+    "eval_dataset_path",
+    "feature_cache_dir",
+    "dataset_num_proc",
+    "report_to",
+    "run_name",
+    "push_to_hub",
+    "hub_model_id",
+    "overwrite_output_dir",
+    "ddp_backend",
+    "local_rank",
+}
+# TrainingArguments fields that belong to a recipe (optimisation); the others are run plumbing (logging, saving, ...).
+RECIPE_TRAINING_FIELDS = {
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "optim",
+    "lr_scheduler_type",
+    "lr_scheduler_kwargs",
+    "warmup_steps",
+    "warmup_ratio",
+    "max_grad_norm",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "bf16",
+    "fp16",
+    "tf32",
+    "seed",
+    "data_seed",
+    "gradient_checkpointing",
+}
+# (results key, label) of the measurement conditions shown with each result, in this order.
+RESULT_CONTEXT = (
+    ("temperature", "temperature"),
+    ("num_speculative_tokens", "k (draft tokens per round)"),
+    ("num_samples", "questions"),
+    ("max_new_tokens", "max new tokens"),
+    ("repeats", "repeats"),
+    ("dtype", "dtype"),
+    ("hardware", "hardware"),
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -142,6 +197,39 @@ def _recipe_dict(recipe: Any) -> dict | None:
     return {str(k): _plain(v) for k, v in recipe.items() if not RECIPE_PRIVATE.search(str(k))}
 
 
+def _public_recipe(recipe: Mapping | None, target: str | None) -> dict | None:
+    """What a card shows of a recipe: the SlimSpec settings and the optimisation ones, without the machine's
+    (`use_cpu`, threads, local data paths) and with `target_model` as the target's Hub id."""
+    if not recipe:
+        return None
+    own = {f.name for f in dataclasses.fields(SlimSpecConfig)} - _training_argument_fields()
+    shown = {}
+    for key, value in recipe.items():
+        if key in RECIPE_LOCAL or (key not in own and key not in RECIPE_TRAINING_FIELDS and _is_training_field(key)):
+            continue
+        if key == "target_model":
+            named = target or (
+                "HuggingFaceTB/SmolLM2-135M-Instruct" if str(value).lower() in EMBEDDED_ALIASES else _hub_id(value)
+            )
+            if named is None:
+                continue
+            value = named
+        elif key == "drafter_model" and value is not None and _hub_id(value) is None:
+            continue  # a local warm start
+        shown[key] = value
+    return shown
+
+
+def _training_argument_fields() -> set[str]:
+    from transformers import TrainingArguments
+
+    return {f.name for f in dataclasses.fields(TrainingArguments)}
+
+
+def _is_training_field(key: str) -> bool:
+    return key in _training_argument_fields()
+
+
 def _changed_fields(args: Any) -> dict:
     """The init fields of a dataclass instance that differ from a default instance of its class.
 
@@ -193,7 +281,18 @@ def read_results(results: Any) -> list[dict] | None:
                     f"`results` {path} is a `slimspec bench` report with drafters {sorted(index)}; got "
                     f"{name or 'no name'}. Pass `{path}#<drafter name>`."
                 )
-            results = index[name]
+            config = results.get("config") or {}
+            conditions = {
+                "num_speculative_tokens": config.get("num_speculative_tokens"),
+                "num_samples": config.get("num_questions"),
+                "max_new_tokens": config.get("max_new_tokens"),
+                "repeats": config.get("repeats"),
+                "dtype": str(config["dtype"]).removeprefix("torch.") if config.get("dtype") else None,
+            }
+            results = [
+                {**{k: v for k, v in conditions.items() if v is not None}, **entry}
+                for entry in ([index[name]] if isinstance(index[name], Mapping) else index[name])
+            ]
     entries = [results] if isinstance(results, Mapping) else results
     if not isinstance(entries, Sequence) or not all(isinstance(e, Mapping) for e in entries):
         raise TypeError(f"`results` must be a dict of metrics or a list of them, got {type(results).__name__}.")
@@ -242,6 +341,17 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def _plurals(text: str) -> str:
+    """ "1 threads" → "1 thread" (and the like) in text written by other tools."""
+    return re.sub(r"\b1 (thread|question|repeat|token|sample)s\b", r"1 \1", text)
+
+
+def _speedup(value: float) -> str:
+    if value < 1:
+        return f"{value:.2f}× (a slowdown: the target alone is {1 / value:.2f}× faster here)"
+    return f"{value:.2f}×"
 
 
 def _head_facts(config: dict) -> dict:
@@ -325,6 +435,7 @@ def render_model_card(
     revision: str | None = None,
     repo_id: str | None = None,
     tags: Sequence[str] | None = None,
+    license: str | None = None,
 ) -> ModelCard:
     """Renders the model card of a SlimSpec drafter from the template in `slimspec_hf/model_cards/`.
 
@@ -339,12 +450,13 @@ def render_model_card(
         revision: the commit the `trust_remote_code=True` snippet pins (a placeholder when unknown).
         repo_id: the drafter's repo id for the snippets (a placeholder when unknown).
         tags: extra tags, added to the SlimSpec ones.
+        license: the card's `license` (default: the target's, when known; `slimspec push` reads it from the Hub).
 
     A config without `target_model_name_or_path` (or with a local path there) renders with a placeholder target and
     no `base_model`, with a warning.
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
-    recipe_dict = _recipe_dict(recipe)
+    recipe_dict = _public_recipe(_recipe_dict(recipe), _hub_id(config.get("target_model_name_or_path")))
     results_list = read_results(results)
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
 
@@ -372,10 +484,13 @@ def render_model_card(
     else:
         nu = "not measured (`slimspec bench-head` measures it)"
 
+    license = license or KNOWN_TARGET_LICENSES.get(target or "")
+    # No `pipeline_tag`: a drafter cannot generate on its own, so the Hub must not offer a text-generation widget.
     card_data = ModelCardData(
         base_model=target,
+        license=license,
         library_name="transformers",
-        pipeline_tag="text-generation",
+        inference=False,
         tags=card_tags,
         datasets=datasets or None,
         model_name=model_name if results_list else None,
@@ -394,13 +509,24 @@ def render_model_card(
             recipe_rows = [(k, _fmt(v, 6)) for k, v in list(recipe_dict.items())[:12] if not isinstance(v, dict)]
     result_rows = []
     for entry in results_list or ():
-        context = ", ".join(
-            f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
-            for k, v in entry.items()
-            if k not in METRICS and k not in RESULT_FIELDS and isinstance(v, (int, float, str)) and v != ""
-        )
+        values = dict(entry)
+        if values.get("num_speculative_tokens") is None and config.get("num_speculative_tokens"):
+            values["num_speculative_tokens"] = f"{config['num_speculative_tokens']} (the drafter's default)"
+        labelled = dict(RESULT_CONTEXT)
+        keys = [k for k, _ in RESULT_CONTEXT] + [k for k in values if k not in labelled]
+        context = [
+            (labelled.get(k, k), _plurals(f"{values[k]:g}" if isinstance(values[k], float) else str(values[k])))
+            for k in keys
+            if k in values
+            and k not in METRICS
+            and k not in RESULT_FIELDS
+            and isinstance(values[k], (int, float, str))
+            and values[k] != ""
+        ]
         metrics = [
-            (label, _fmt(entry[k], digits)) for k, (label, digits) in METRICS.items() if entry.get(k) is not None
+            (label, _speedup(entry[k]) if k == "speedup" else _fmt(entry[k], digits))
+            for k, (label, digits) in METRICS.items()
+            if entry.get(k) is not None
         ]
         result_rows.append({"dataset": entry["dataset"], "context": context, "metrics": metrics})
 
@@ -424,6 +550,7 @@ def render_model_card(
         recipe_yaml=yaml.safe_dump(recipe_dict, sort_keys=False, allow_unicode=True).strip() if recipe_dict else "",
         results=result_rows,
         datasets=datasets,
+        license=license,
         **head,
     )
     # The template's optional sections leave runs of blank lines behind; markdown needs at most one.
@@ -438,6 +565,7 @@ def write_model_card(
     datasets: str | Sequence[str] | None = None,
     repo_id: str | None = None,
     revision: str | None = None,
+    license: str | None = None,
 ) -> Path:
     """Writes the drafter's card as `model_dir/README.md` (atomically) and returns its path.
 
@@ -453,6 +581,7 @@ def write_model_card(
         "datasets": ([datasets] if isinstance(datasets, str) else list(datasets))
         if datasets is not None
         else stored.get("datasets"),
+        "license": license if license is not None else stored.get("license"),
     }
     card = render_model_card(folder, repo_id=repo_id, revision=revision, **inputs)
     atomic_write(folder / CARD_INPUTS_FILE, (json.dumps(inputs, indent=2, ensure_ascii=False) + "\n").encode())

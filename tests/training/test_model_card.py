@@ -1,0 +1,171 @@
+"""Drafter cards as Hub drafter cards are (issue #21): licence, no widget, a chat-template quick start with real ids,
+a recipe without the machine's values, results with their conditions, slowdowns called so; the metric cards and the
+benchmark questions ship in the package."""
+
+import json
+import os
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+import yaml
+
+import slimspec_hf
+from slimspec_hf.training.model_card import render_model_card
+
+
+PACKAGE = Path(slimspec_hf.__file__).parent
+REPO_ROOT = PACKAGE.parents[1]
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def _config(**overrides) -> dict:
+    return {
+        "model_type": "slimspec_drafter",
+        "head_type": "low_rank",
+        "head_rank": 72,
+        "hidden_size": 576,
+        "vocab_size": 49152,
+        "num_speculative_tokens": 6,
+        "target_layer_ids": [2, 15, 27],
+        "target_model_name_or_path": SMOLLM2,
+        **overrides,
+    }
+
+
+def _front_matter(text: str) -> dict:
+    return yaml.safe_load(text.split("---")[1])
+
+
+def test_front_matter_has_licence_and_no_widget():
+    card = str(render_model_card(_config(), repo_id="org/smol-drafter", datasets=["org/prompts"]))
+    meta = _front_matter(card)
+    assert meta["license"] == "apache-2.0"  # the target's
+    assert "pipeline_tag" not in meta and meta["inference"] is False
+    assert {"speculative-decoding", "eagle3", "slimspec"} <= set(meta["tags"])
+    assert meta["datasets"] == ["org/prompts"]
+    assert "## License" in card and "`apache-2.0`" in card
+
+
+def test_explicit_licence_wins_and_unknown_target_licence_says_so():
+    meta = _front_matter(str(render_model_card(_config(), license="mit")))
+    assert meta["license"] == "mit"
+    card = str(render_model_card(_config(target_model_name_or_path="org/other")))
+    assert "license" not in _front_matter(card) and "slimspec push --license" in card
+
+
+def test_quick_start_uses_the_chat_template_and_the_real_ids():
+    card = str(render_model_card(_config(), repo_id="org/smol-drafter", revision="b" * 40))
+    assert "apply_chat_template" in card and 'tokenizer("Speculative decoding is"' not in card
+    assert f'from_pretrained("{SMOLLM2}", dtype="auto", device_map="auto")' in card
+    assert 'from_pretrained("org/smol-drafter", dtype=target.dtype).to(target.device)' in card
+    assert "<your-org>" not in card and "<commit-sha>" not in card and "<target-model-id>" not in card
+
+
+def test_recipe_shows_no_local_values_and_names_the_target():
+    recipe = {
+        "target_model": "embedded",
+        "dataset_path": "data/smollm2/balanced_4k",
+        "feature_cache_dir": "/home/me/cache",
+        "use_cpu": True,
+        "cpu_threads": 1,
+        "dataloader_num_workers": 0,
+        "logging_steps": 10,
+        "save_steps": 100,
+        "head_type": "low_rank",
+        "head_rank": 72,
+        "learning_rate": 4e-4,
+        "ttt_steps": 6,
+    }
+    card = str(render_model_card(_config(), recipe=recipe))
+    for local in ("use_cpu", "cpu_threads", "embedded", "balanced_4k", "/home/me", "dataloader", "save_steps"):
+        assert local not in card, local
+    assert f"| `target_model` | `{SMOLLM2}` |" in card and "| `head_rank` | `72` |" in card
+    assert "ttt_steps: 6" in card
+
+
+def test_recipe_from_the_trainer_config_lists_no_training_argument_plumbing(tmp_path):
+    from slimspec_hf.training.config import SlimSpecConfig
+
+    args = SlimSpecConfig(output_dir=str(tmp_path), use_cpu=True, target_model="embedded", head_rank=36, seed=7)
+    card = str(render_model_card(_config(), recipe=args))
+    full = card.split("```yaml")[1].split("```")[0]
+    assert "head_rank: 36" in full and "seed: 7" in full and f"target_model: {SMOLLM2}" in full
+    assert "use_cpu" not in full and "output_dir" not in full and "logging" not in full
+    assert len(full.strip().splitlines()) < 30
+
+
+def test_results_carry_conditions_and_call_a_slowdown_a_slowdown():
+    results = {
+        "dataset": "MT-Bench",
+        "acceptance_length": 2.1,
+        "speedup": 0.82,
+        "temperature": 0.0,
+        "num_speculative_tokens": 4,
+        "num_samples": 80,
+        "dtype": "float32",
+        "hardware": "CPU (x86_64, 1 threads)",
+    }
+    card = str(render_model_card(_config(), results=results))
+    assert "0.82× (a slowdown: the target alone is 1.22× faster here)" in card
+    assert "| k (draft tokens per round) | 4 |" in card and "| questions | 80 |" in card
+    assert "| dtype | float32 |" in card and "1 thread)" in card and "1 threads" not in card
+    faster = str(render_model_card(_config(), results={**results, "speedup": 1.5}))
+    assert (
+        "1.50×" in faster
+        and "slowdown"
+        not in faster.split("## Results")[1].split("## License")[0].split("(below 1 it is a slowdown)")[1]
+    )
+
+
+def test_results_from_a_bench_report_take_its_conditions(tmp_path):
+    report = {
+        "config": {
+            "num_questions": 80,
+            "num_speculative_tokens": None,
+            "max_new_tokens": 256,
+            "dtype": "torch.bfloat16",
+        },
+        "model_index": {"slimspec": [{"dataset": "MT-Bench", "acceptance_length": 3.0, "speedup": 1.3}]},
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(report))
+    card = str(render_model_card(_config(), results=f"{path}#slimspec"))
+    assert "| questions | 80 |" in card and "| dtype | bfloat16 |" in card and "| max new tokens | 256 |" in card
+    assert "| k (draft tokens per round) | 6 (the drafter's default) |" in card
+
+
+def test_push_offers_license(capsys):
+    from slimspec_hf import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["push", "--help"])
+    assert "--license" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["acceptance_length", "rho_tau"])
+def test_metric_cards_ship(name):
+    text = (PACKAGE / "evaluation" / "evaluate_metrics" / name / "README.md").read_text()
+    meta = _front_matter(text)
+    assert "metric" in meta["tags"] and meta["description"]
+    for section in ("## Metric description", "## How to use", "### Inputs", "### Output values", "## Limitations"):
+        assert section in text
+
+
+def test_benchmark_questions_ship_as_package_data(monkeypatch):
+    from slimspec_hf.evaluation.benchmark import default_questions_path, load_questions
+
+    tomllib = pytest.importorskip("tomllib")
+    patterns = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    monkeypatch.delenv("SLIMSPEC_DATA", raising=False)
+    for dataset, rows in (("mt_bench", 80), ("spec_bench", 480)):
+        path = default_questions_path(dataset)
+        assert path.is_relative_to(PACKAGE) and path.is_file()
+        relative = str(path.relative_to(PACKAGE))
+        assert any(fnmatch(relative, p) for p in patterns["slimspec_hf"])
+        assert len(load_questions(path, dataset=dataset)) == rows
+    for name in ("README.md", "FastChat.LICENSE", "Spec-Bench.LICENSE"):
+        assert (PACKAGE / "evaluation" / "data" / name).is_file()
+    monkeypatch.setenv("SLIMSPEC_DATA", "/elsewhere")
+    assert default_questions_path("mt_bench") == Path("/elsewhere/eval/mt_bench/question.jsonl")
+    assert os.environ["SLIMSPEC_DATA"] == "/elsewhere"
