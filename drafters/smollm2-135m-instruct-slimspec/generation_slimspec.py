@@ -444,12 +444,27 @@ def validate_pairing(drafter: "SlimSpecDrafterForCausalLM", target: PreTrainedMo
             f"The drafter's target_layer_ids {cfg.target_layer_ids} include {bad}, beyond the target's "
             f"{tcfg.num_hidden_layers} layers (valid: 0..{tcfg.num_hidden_layers}, indices into hidden_states)."
         )
-    expected = cfg.target_model_name_or_path
-    actual = getattr(target.config, "_name_or_path", None) or getattr(target, "name_or_path", None)
-    if expected and actual and _short_name(expected) != _short_name(actual):
+    # The structure decides, not the name: the same target loaded from a local folder or a cache path is the same
+    # target. Vocabulary and width are checked above; a different depth means another model of the family.
+    trained_layers = getattr(cfg, "target_num_hidden_layers", None)
+    if trained_layers is not None and trained_layers != tcfg.num_hidden_layers:
+        import sys
+
+        # Point the warning at the caller's code: the first frame outside transformers, torch and this package
+        # (`transformers_modules.*` when loaded as remote code).
+        frame, level = sys._getframe(1), 2
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(
+            ("transformers", "torch", "slimspec_hf")
+        ):
+            frame, level = frame.f_back, level + 1
+        expected = cfg.target_model_name_or_path or "its target"
+        actual = getattr(target.config, "_name_or_path", None) or type(target).__name__
         warnings.warn(
-            f"This drafter was trained for {expected!r} but is paired with {actual!r}; acceptance may be low.",
-            stacklevel=3,
+            f"This drafter was trained for {expected!r} ({trained_layers} layers) but is paired with {actual!r} "
+            f"({tcfg.num_hidden_layers} layers, same vocabulary and width); acceptance may be low. Use the drafter "
+            "trained for this target.",
+            UserWarning,
+            stacklevel=level if frame is not None else 2,
         )
 
 

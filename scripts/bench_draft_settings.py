@@ -1,0 +1,93 @@
+"""Side-by-side decoding settings of one drafter on the embedded target: tok/s, speed-up over the target alone, τ.
+
+    OMP_NUM_THREADS=1 python scripts/bench_draft_settings.py [--dtype bfloat16] [--dataset mt_bench] [--per-category 1]
+        [--max-new-tokens 128] [--systems target,k1,k2,k3,hk1,pld]
+
+A one-off for choosing the shipped drafter's `generation_config` (docs/results.md): every system runs on every
+prompt, interleaved prompt by prompt, greedy, one thread. Systems (all with the shipped drafter unless named):
+`target` alone; `kN` a chain of N (`draft_lookup=False`); `hkN` hybrid with lookup at k = N (`draft_lookup=True`);
+`hyb` the drafter's own defaults; `hyb_m1`/`hyb_m2`/`hyb_m3` hybrid trusting 1/2/3-token matches; `hyb_noext`
+without extending chains by lookup; `pld` transformers' prompt lookup (`prompt_lookup_num_tokens=10`).
+"""
+
+import argparse
+import json
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--dataset", default="mt_bench", choices=["mt_bench", "spec_bench"])
+    parser.add_argument("--per-category", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--systems", default="target,k1,k2,k3,hk1,pld")
+    parser.add_argument("--drafter", default=None, help="default: the shipped embedded drafter")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    from slimspec_hf.commands.common import load_models
+    from slimspec_hf.evaluation.benchmark import default_questions_path
+    from slimspec_hf.evaluation.timing import Timer, encode_prompt
+    from slimspec_hf.paths import embedded_drafter_dir
+
+    drafter_path = args.drafter or str(embedded_drafter_dir())
+    target, tokenizer, (drafter,) = load_models("embedded", [drafter_path], dtype=args.dtype, threads=1)
+    systems = {"target": {}, "pld": {"prompt_lookup_num_tokens": 10}, "hyb": {"assistant_model": drafter}}
+    for k in range(1, 7):
+        systems[f"k{k}"] = {"assistant_model": drafter, "num_assistant_tokens": k, "draft_lookup": False}
+        systems[f"hk{k}"] = {"assistant_model": drafter, "num_assistant_tokens": k, "draft_lookup": True}
+    for n in (1, 2, 3):
+        systems[f"hyb_m{n}"] = {"assistant_model": drafter, "draft_lookup": True, "draft_lookup_min_ngram": n}
+    systems["hyb_noext"] = {"assistant_model": drafter, "draft_lookup": True, "draft_lookup_extend_ngram": 99}
+    names = args.systems.split(",")
+    unknown = [n for n in names if n not in systems]
+    if unknown or "target" not in names:
+        raise SystemExit(f"--systems: unknown {unknown} (or no `target`); choose from {sorted(systems)}")
+
+    by_category: dict[str, list[str]] = {}
+    with open(default_questions_path(args.dataset), encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            kept = by_category.setdefault(row["category"], [])
+            if len(kept) < args.per_category:
+                kept.append(row["turns"][0])
+    totals = {n: [0, 0.0, 0, 0] for n in names}  # tokens, seconds, accepted, rounds
+    per_category: dict[str, dict[str, list]] = {}
+    for category, prompts in by_category.items():
+        for prompt in prompts:
+            inputs = encode_prompt(tokenizer, prompt, target.device)
+            for name in names:
+                with torch.inference_mode(), Timer(target.device) as timer:
+                    out = target.generate(
+                        **inputs, max_new_tokens=args.max_new_tokens, do_sample=False, **systems[name]
+                    )
+                new = out.shape[1] - inputs["input_ids"].shape[1]
+                row = per_category.setdefault(category, {}).setdefault(name, [0, 0.0])
+                row[0] += new
+                row[1] += timer.seconds
+                totals[name][0] += new
+                totals[name][1] += timer.seconds
+                if "assistant_model" in systems[name]:
+                    stats = drafter.last_generation_stats
+                    totals[name][2] += stats.accepted_tokens
+                    totals[name][3] += stats.rounds
+    base = totals["target"][0] / totals["target"][1]
+    print(
+        f"{args.dataset}, {sum(map(len, by_category.values()))} prompts, {args.max_new_tokens} new tokens, "
+        f"dtype {args.dtype}, 1 thread, greedy, interleaved"
+    )
+    print("| system | tok/s | speed-up | τ |\n|---|---:|---:|---:|")
+    for name in names:
+        tokens, seconds, accepted, rounds = totals[name]
+        tau = f"{(accepted + rounds) / rounds:.2f}" if rounds else "–"
+        print(f"| {name} | {tokens / seconds:.1f} | {tokens / seconds / base:.2f} | {tau} |")
+    print("\n| category | " + " | ".join(names[1:]) + " |\n|---|" + "---:|" * (len(names) - 1))
+    for category, rows in per_category.items():
+        plain = rows["target"][0] / rows["target"][1]
+        print(f"| {category} | " + " | ".join(f"{rows[n][0] / rows[n][1] / plain:.2f}" for n in names[1:]) + " |")
+
+
+if __name__ == "__main__":
+    main()
