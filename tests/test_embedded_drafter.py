@@ -104,3 +104,52 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     with pytest.raises(ValueError, match="num_assistant_tokens"):
         ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--num-assistant-tokens", "0"])
     assert json.loads((dest / "generation_config.json").read_text())["num_assistant_tokens"] == 3
+
+
+@pytest.mark.integration
+def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedded_target):
+    """The shipped folder's own code (model, heads, generation, tree) loaded with trust_remote_code=True where
+    `slimspec_hf` cannot be imported: its default (hybrid), a chain and a tree give the target's fp32 greedy output."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from slimspec_hf.targets import embedded_target_dir
+
+    model, tokenizer = embedded_target
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "List three uses of a paperclip."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    ids = inputs["input_ids"].tolist()
+    expected = model.generate(**inputs, max_new_tokens=24, do_sample=False)[0].tolist()
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "slimspec_hf" or name.startswith("slimspec_hf."):
+                    raise ImportError("slimspec_hf is blocked in this test")
+        sys.meta_path.insert(0, Block())
+        import torch
+        from transformers import AutoModelForCausalLM
+        drafter = AutoModelForCausalLM.from_pretrained(
+            {str(EMBEDDED_DRAFTER_DIR)!r}, trust_remote_code=True, dtype=torch.float32
+        ).eval()
+        assert type(drafter).__module__.startswith("transformers_modules"), type(drafter).__module__
+        assert drafter.generation_config.draft_lookup is True
+        target = AutoModelForCausalLM.from_pretrained({str(embedded_target_dir())!r}, dtype=torch.float32).eval()
+        ids = torch.tensor({ids})
+        for kwargs in ({{}}, {{"draft_lookup": False, "num_assistant_tokens": 3}}, {{"draft_tree_size": 8}}):
+            out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, **kwargs)
+            assert out[0].tolist() == {expected}, (kwargs, out)
+            assert drafter.last_generation_stats.rounds > 0
+        print("REMOTE-OK")
+        """
+    )
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert "REMOTE-OK" in result.stdout, result.stderr[-3000:]
