@@ -87,6 +87,31 @@ def make_char_tokenizer():
 # `slimspec gpu-check` (scripts/gpu_check.sh). `SLIMSPEC_DEVICE_REPORT=<file.jsonl>` collects what they measured.
 
 
+# What a Hub user without this package runs: `slimspec_hf` cannot be imported, offline, a fresh HF cache.
+_BLOCK_PACKAGE = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "slimspec_hf" or name.startswith("slimspec_hf."):
+            raise ImportError("slimspec_hf is blocked in this test")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_without_package(script: str, tmp_path, timeout: int = 300) -> str:
+    """Runs `script` in a fresh Python where `slimspec_hf` cannot be imported (offline, its own HF cache);
+    returns its stdout, failing the test with its stderr if it printed no `REMOTE-OK`."""
+    import subprocess
+    import sys
+    import textwrap
+
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
+    code = _BLOCK_PACKAGE + textwrap.dedent(script)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    assert "REMOTE-OK" in result.stdout, result.stderr[-3000:]
+    return result.stdout
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--device",

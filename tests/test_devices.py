@@ -6,10 +6,6 @@ from one-token decoding, so greedy agreement there is measured and reported (`de
 """
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -18,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from slimspec_hf import SlimSpecDrafterForCausalLM
 from slimspec_hf.generation_slimspec import check_drafter_placement
 
-from .conftest import make_tiny_drafter, make_tiny_target
+from .conftest import make_tiny_drafter, make_tiny_target, run_without_package
 from .test_generation import CHI2_999, HEAD_CONFIGS, _chi_square, _exact_marginals
 
 
@@ -123,14 +119,7 @@ def test_remote_code_on_the_device(device, tmp_path):
     target.save_pretrained(tmp_path / "target")
     ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
     expected = target.generate(ids.to(device), max_new_tokens=12, do_sample=False)[0].tolist()
-    script = textwrap.dedent(
-        f"""
-        import importlib.abc, sys
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "slimspec_hf" or name.startswith("slimspec_hf."):
-                    raise ImportError("slimspec_hf is blocked in this test")
-        sys.meta_path.insert(0, Block())
+    script = f"""
         import torch
         from transformers import AutoModelForCausalLM
         device = {str(device)!r}
@@ -144,10 +133,7 @@ def test_remote_code_on_the_device(device, tmp_path):
         assert drafter.last_generation_stats.rounds > 0
         print("REMOTE-OK")
         """
-    )
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert "REMOTE-OK" in result.stdout, result.stderr[-3000:]
+    run_without_package(script, tmp_path)
 
 
 def test_a_drafter_on_another_device_is_refused_with_both_devices_named(device):

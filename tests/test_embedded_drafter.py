@@ -2,6 +2,7 @@
 and lossless, accelerated drafting on the real SmolLM2-135M-Instruct."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,12 +111,9 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
 def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedded_target):
     """The shipped folder's own code (model, heads, generation, tree) loaded with trust_remote_code=True where
     `slimspec_hf` cannot be imported: its default (hybrid), a chain and a tree give the target's fp32 greedy output."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
     from slimspec_hf.targets import embedded_target_dir
+
+    from .conftest import run_without_package
 
     model, tokenizer = embedded_target
     inputs = tokenizer.apply_chat_template(
@@ -126,14 +124,7 @@ def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedd
     )
     ids = inputs["input_ids"].tolist()
     expected = model.generate(**inputs, max_new_tokens=24, do_sample=False)[0].tolist()
-    script = textwrap.dedent(
-        f"""
-        import importlib.abc, sys
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "slimspec_hf" or name.startswith("slimspec_hf."):
-                    raise ImportError("slimspec_hf is blocked in this test")
-        sys.meta_path.insert(0, Block())
+    script = f"""
         import torch
         from transformers import AutoModelForCausalLM
         drafter = AutoModelForCausalLM.from_pretrained(
@@ -149,7 +140,13 @@ def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedd
             assert drafter.last_generation_stats.rounds > 0
         print("REMOTE-OK")
         """
-    )
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
-    assert "REMOTE-OK" in result.stdout, result.stderr[-3000:]
+    run_without_package(script, tmp_path, timeout=600)
+
+
+def test_shipped_remote_code_is_the_package_code():
+    """The shipped folder carries the package's remote-code unit as it is (re-copy after changing it)."""
+    from slimspec_hf.interop.hub import REMOTE_CODE_MODULES
+
+    for module in REMOTE_CODE_MODULES:
+        name = module.__name__.rsplit(".", 1)[-1] + ".py"
+        assert (EMBEDDED_DRAFTER_DIR / name).read_text() == Path(module.__file__).read_text(), name

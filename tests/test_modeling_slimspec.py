@@ -1,8 +1,5 @@
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -19,7 +16,7 @@ from slimspec_hf import (
 )
 from slimspec_hf.modeling_slimspec import causal_mask, ttt_attention
 
-from .conftest import make_tiny_drafter
+from .conftest import make_tiny_drafter, run_without_package
 
 
 def _features(target, ids, layer_ids):
@@ -215,14 +212,7 @@ def test_remote_code_loads_without_the_package(tmp_path, tiny_target):
     tiny_target.save_pretrained(tmp_path / "target")
     ids = torch.randint(0, 128, (1, 6))
     expected = tiny_target.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist()
-    script = textwrap.dedent(
-        f"""
-        import importlib.abc, sys
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name == "slimspec_hf" or name.startswith("slimspec_hf."):
-                    raise ImportError("slimspec_hf is blocked in this test")
-        sys.meta_path.insert(0, Block())
+    script = f"""
         import torch
         from transformers import AutoModelForCausalLM
         try:
@@ -238,10 +228,7 @@ def test_remote_code_loads_without_the_package(tmp_path, tiny_target):
         assert drafter.last_generation_stats.rounds > 0
         print("REMOTE-OK")
         """
-    )
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert "REMOTE-OK" in result.stdout, result.stderr[-3000:]
+    run_without_package(script, tmp_path)
 
 
 @pytest.mark.integration
