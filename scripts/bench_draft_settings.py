@@ -7,7 +7,8 @@ A one-off for choosing the shipped drafter's `generation_config` (docs/results.m
 prompt, interleaved prompt by prompt, greedy, one thread. Systems (all with the shipped drafter unless named):
 `target` alone; `kN` a chain of N (`draft_lookup=False`); `hkN` hybrid with lookup at k = N (`draft_lookup=True`);
 `hyb` the drafter's own defaults; `hyb_m1`/`hyb_m2`/`hyb_m3` hybrid trusting 1/2/3-token matches; `hyb_noext`
-without extending chains by lookup; `pld` transformers' prompt lookup (`prompt_lookup_num_tokens=10`).
+without extending chains by lookup; `tree8`/`tree16` dynamic trees 8/3/4 and 16/4/4, `htree8`/`htree16` the same with
+the lookup draft grafted on; `pld` transformers' prompt lookup (`prompt_lookup_num_tokens=10`).
 """
 
 import argparse
@@ -41,6 +42,10 @@ def main() -> None:
     for n in (1, 2, 3):
         systems[f"hyb_m{n}"] = {"assistant_model": drafter, "draft_lookup": True, "draft_lookup_min_ngram": n}
     systems["hyb_noext"] = {"assistant_model": drafter, "draft_lookup": True, "draft_lookup_extend_ngram": 99}
+    for size, depth, top_k in ((8, 3, 4), (16, 4, 4)):
+        tree = {"draft_tree_size": size, "draft_tree_depth": depth, "draft_tree_top_k": top_k}
+        systems[f"tree{size}"] = {"assistant_model": drafter, "draft_lookup": False, **tree}
+        systems[f"htree{size}"] = {"assistant_model": drafter, "draft_lookup": True, **tree}
     names = args.systems.split(",")
     unknown = [n for n in names if n not in systems]
     if unknown or "target" not in names:

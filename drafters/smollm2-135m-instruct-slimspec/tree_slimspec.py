@@ -35,11 +35,13 @@ Acceptance:
   only.
 """
 
+import warnings
+
 import torch
 from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .generation_slimspec import SlimSpecGenerationStats, validate_pairing
+from .generation_slimspec import SlimSpecGenerationStats, lookup_continuation, validate_pairing
 
 
 _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep"}
@@ -319,6 +321,24 @@ class _TreeDecoder:
 
 
 @torch.no_grad()
+def _graft(tree: _Round, kept: list[int], tokens: list[int]) -> list[int]:
+    """`kept` plus a chain of `tokens` from the root (prompt lookup's draft), sharing the kept nodes it runs along.
+
+    Parents stay before children, as `verify` needs; the grafted nodes carry no drafter state (they are only
+    verified, and the accepted path's drafter inputs are the target's features, as for every node)."""
+    children = {}
+    for node in kept:
+        children.setdefault(tree.parent[node], {})[tree.token[node]] = node
+    kept, node = list(kept), _ROOT
+    for token in tokens:
+        child = children.get(node, {}).get(token)
+        if child is None:
+            child = tree.add(token, node, 0.0)
+            kept.append(child)
+        node = child
+    return kept
+
+
 def tree_decoding(
     model,
     input_ids: torch.LongTensor,
@@ -332,6 +352,7 @@ def tree_decoding(
     tree_size: int = 16,
     tree_depth: int = 4,
     tree_top_k: int = 4,
+    lookup: tuple[int, int, int] | None = None,
     assistant_tokenizer=None,
     tokenizer=None,
     **model_kwargs,
@@ -349,8 +370,17 @@ def tree_decoding(
         tree_size (`int`): nodes the target verifies per round (besides the root).
         tree_depth (`int`): drafter levels per round (the longest path that can be accepted).
         tree_top_k (`int`): children per expanded node, and nodes expanded per level.
+        lookup (`tuple`, *optional*): `(min_ngram, max_ngram, num_tokens)` — greedy decoding also grafts prompt
+            lookup's draft (what followed the latest tokens' earlier occurrence, when the match spans ≥ min_ngram
+            tokens) onto the tree as a chain from the root, verified in the same forward. Not applied when sampling
+            (a deterministic branch would need its own place in the multi-draft rule): a warning says so.
     """
     tree_size, tree_depth, tree_top_k = _check_tree_settings(tree_size, tree_depth, tree_top_k)
+    if lookup is not None and generation_config.do_sample:
+        warnings.warn(
+            "`draft_lookup` is not applied to tree drafting when sampling (greedy only); the tree drafts alone.",
+            stacklevel=3,
+        )
     drafter = assistant_model
     if drafter is None or getattr(drafter.config, "model_type", None) != "slimspec_drafter":
         raise ValueError(f"Tree decoding needs a SlimSpec drafter as `assistant_model`, got {type(drafter).__name__}.")
@@ -441,6 +471,12 @@ def tree_decoding(
             input_ids, root_logits, root_state, key_mask, positions, min(decoder.tree_depth, budget - 1)
         )
         kept = decoder.keep(tree)
+        source = "drafter"
+        if lookup is not None and not decoder.do_sample and budget > 1:
+            min_ngram, max_ngram, num_tokens = lookup
+            found = lookup_continuation(input_ids[0], max_ngram, min(num_tokens, budget - 1))
+            if found is not None and found[1] >= min_ngram:
+                kept, source = _graft(tree, kept, found[0].tolist()), "drafter+lookup"
         out, rows = decoder.verify(cache, input_ids, tree, kept, key_mask, positions)
         path, last, round_raw, round_scores = decoder.walk(input_ids, tree, rows, out.logits)
         new_tokens = [tree.token[n] for n in path] + [last]
@@ -454,7 +490,7 @@ def tree_decoding(
         path = path[:n_accepted]
 
         depth = max((tree.depth[n] for n in kept), default=0)
-        stats.record("drafter", len(kept), n_accepted, positions=depth)  # per-position lists are per depth
+        stats.record(source, len(kept), n_accepted, positions=depth)  # per-position lists are per depth
 
         keep_rows = torch.tensor([0] + [rows[n] for n in path], dtype=torch.long)
         _compact_cache(cache, cache.get_seq_length() - len(rows), keep_rows)

@@ -588,6 +588,15 @@ def install_generation_hook() -> None:
                     tree_size=settings.draft_tree_size,
                     tree_depth=settings.draft_tree_depth,
                     tree_top_k=settings.draft_tree_top_k,
+                    lookup=(
+                        (
+                            settings.draft_lookup_min_ngram,
+                            settings.draft_lookup_max_ngram,
+                            settings.draft_lookup_num_tokens,
+                        )
+                        if settings.draft_lookup
+                        else None
+                    ),
                     **kwargs,
                 )
         return original_assisted(
