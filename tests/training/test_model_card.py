@@ -169,3 +169,17 @@ def test_benchmark_questions_ship_as_package_data(monkeypatch):
     monkeypatch.setenv("SLIMSPEC_DATA", "/elsewhere")
     assert default_questions_path("mt_bench") == Path("/elsewhere/eval/mt_bench/question.jsonl")
     assert os.environ["SLIMSPEC_DATA"] == "/elsewhere"
+
+
+def test_card_states_the_decoding_defaults_of_the_folder(tmp_path):
+    """The drafter's generation_config.json (its decoding defaults) wins over the config's k in the card."""
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(_config()))
+    card = str(render_model_card(tmp_path))
+    assert "It drafts 6 tokens per round;" in card and "prompt lookup" not in card
+    (tmp_path / "generation_config.json").write_text(json.dumps({"num_assistant_tokens": 1, "draft_lookup": True}))
+    card = str(render_model_card(tmp_path))
+    assert "It drafts 1 token per round, or, where the latest tokens" in card and "hybrid prompt lookup" in card
+    (tmp_path / "generation_config.json").write_text(json.dumps({"draft_tree_size": 8}))
+    assert "It drafts a dynamic tree of 8 tokens per round" in str(render_model_card(tmp_path))

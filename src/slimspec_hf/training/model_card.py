@@ -141,6 +141,13 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
             )
         config = json.loads(path.read_text(encoding="utf-8"))
         name = (folder if folder.is_dir() else folder.parent).resolve().name
+        decoding = path.parent / "generation_config.json"  # the decoding defaults, which override the config's k
+        if decoding.is_file():
+            settings = json.loads(decoding.read_text(encoding="utf-8"))
+            if settings.get("num_assistant_tokens"):
+                config["num_speculative_tokens"] = settings["num_assistant_tokens"]
+            config["draft_lookup"] = bool(settings.get("draft_lookup"))
+            config["draft_tree_size"] = int(settings.get("draft_tree_size") or 0)
     else:
         raise TypeError(
             f"`model_dir_or_config` must be a folder, a SlimSpecDrafterConfig, a config dict or a drafter, got "
@@ -543,6 +550,8 @@ def render_model_card(
         target_hidden_size=config.get("target_hidden_size") or config.get("hidden_size"),
         target_num_hidden_layers=config.get("target_num_hidden_layers"),
         num_speculative_tokens=config.get("num_speculative_tokens"),
+        draft_lookup=config.get("draft_lookup"),
+        draft_tree_size=config.get("draft_tree_size"),
         hidden_size=config.get("hidden_size"),
         vocab_size=config.get("vocab_size"),
         nu=nu,
