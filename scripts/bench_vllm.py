@@ -22,11 +22,11 @@ times the head alone (dense vs the two factors) as vLLM's CPU backend runs linea
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from slimspec_hf.integrations.vllm.runner import run_in_own_session
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,23 +35,6 @@ DEFAULT_PROMPTS = (
     Path(os.environ.get("SLIMSPEC_DATA", REPO_ROOT.parent / "shared" / "data")) / "eval/mt_bench/question.jsonl"
 )
 SETTINGS = ("no speculation", "merged full head", "SlimSpec low-rank head")
-
-
-def run_in_own_session(cmd, timeout, **kwargs) -> subprocess.CompletedProcess:
-    """Runs an engine process in its own session (vLLM tears down its process group on exit, which would take
-    the caller with it); on timeout the whole group, workers included, is killed: no engine is left running."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        raise RuntimeError(
-            f"{' '.join(map(str, cmd))} ran past {timeout} s and was killed:\n{stderr[-4000:]}"
-        ) from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def run_runner(args, target, extra, out: Path) -> dict:

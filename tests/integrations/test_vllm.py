@@ -8,8 +8,6 @@ memory bounded): the target alone, the target + the plugin's low-rank drafter, t
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,8 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
+
+from slimspec_hf.integrations.vllm.runner import run_in_own_session  # noqa: E402
 
 from ..conftest import REPO_ROOT, SHARED_DATA  # noqa: E402
 
@@ -71,23 +71,6 @@ def prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
-
-
-def run_in_own_session(cmd, timeout, **kwargs) -> subprocess.CompletedProcess:
-    """Runs an engine process in its own session (vLLM tears down its process group on exit, which would take
-    the caller with it); on timeout the whole group, workers included, is killed: no engine is left running."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        raise RuntimeError(
-            f"{' '.join(map(str, cmd))} ran past {timeout} s and was killed:\n{stderr[-4000:]}"
-        ) from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def run_engine(target_dir, prompts, out, draft=None) -> dict:

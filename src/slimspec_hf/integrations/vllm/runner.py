@@ -12,6 +12,8 @@ vLLM spawns workers, so this module does its work under `__main__` only.
 import argparse
 import json
 import os
+import signal
+import subprocess
 import time
 
 
@@ -20,6 +22,23 @@ SPEC_COUNTERS = (
     "vllm:spec_decode_num_draft_tokens",
     "vllm:spec_decode_num_accepted_tokens",
 )
+
+
+def run_in_own_session(cmd, timeout, **kwargs) -> subprocess.CompletedProcess:
+    """Runs an engine process in its own session (vLLM tears down its process group on exit, which would take
+    the caller with it); on timeout the whole group, workers included, is killed: no engine is left running."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))} ran past {timeout} s and was killed:\n{stderr[-4000:]}"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def describe_drafter(worker, probe_seed: int = 0, probe_rows: int = 2) -> dict | None:
