@@ -1,81 +1,140 @@
-"""Short SmolLM2 training runs: throughput, peak memory and the first steps' loss/acc_0 curve.
+"""Training throughput and loss curve of short SmolLM2 runs, one variant per call, compared side by side.
 
-    python scripts/bench_training.py MODE HEAD_INIT STEPS [THREADS] [--data DIR]
+    # one run per variant (each appends a JSON line to --record); any SlimSpecConfig field can be overridden:
+    python scripts/bench_training.py --name today --record runs.jsonl
+    python scripts/bench_training.py --name bf16 --record runs.jsonl --bf16 true --target_dtype bfloat16
+    # the table (tokens/s as a ratio to the first run, loss / kl_0 / acc_0 at each logged step):
+    python scripts/bench_training.py --table runs.jsonl
 
-MODE is `online` or `offline` (features), HEAD_INIT `random`, `svd` or `activation_svd`. Prints one JSON line.
+Every run trains `--steps` optimiser steps on the same conversations (`--max_samples` drawn with the same seed,
+same batches), warm-started from the shipped drafter unless `--drafter_model` says otherwise. The time is
+`trainer.train()` alone (the target and drafter loads and any feature caching are excluded); tokens are the
+batches' real tokens. To time an older version of the package, run this script with `PYTHONPATH=<checkout>/src`.
 """
 
 import argparse
+import dataclasses
 import json
+import os
 import resource
+import sys
 import time
+import typing
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["online", "offline"])
-    parser.add_argument("head_init", choices=["random", "svd", "activation_svd"])
-    parser.add_argument("steps", type=int)
-    parser.add_argument("threads", type=int, nargs="?", default=1)
-    parser.add_argument("--data", default="data/smollm2-135m-instruct/balanced_4k", help="prepare-data output")
-    parser.add_argument("--out", default="/tmp/slimspec-bench-training")
-    args = parser.parse_args()
+DEFAULTS = {
+    "dataset_path": "data/smollm2-135m-instruct/balanced_4k",
+    "target_model": "embedded",
+    "drafter_model": "drafters/smollm2-135m-instruct-slimspec",
+    "max_length": 1024,
+    "max_samples": 64,
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "features": "online",
+    "learning_rate": 2e-4,
+    "lr_scheduler_type": "constant",
+    "warmup_steps": 0,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "report_to": "none",
+    "use_cpu": True,
+    "cpu_threads": 1,
+    "disable_tqdm": True,
+    "seed": 0,
+    "data_seed": 0,
+}
 
+
+def _convert(field, value: str):
+    """A command-line string as the SlimSpecConfig field's type (bool, int, float, else str)."""
+    kinds = typing.get_args(field.type) or (field.type,)
+    if value.lower() in ("none", "null") and type(None) in kinds:
+        return None
+    for kind in (bool, int, float):
+        if kind in kinds or field.type is kind:
+            return value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return value
+
+
+def run(name: str, steps: int, record: str, overrides: list[str]) -> dict:
     from slimspec_hf.training.config import SlimSpecConfig
     from slimspec_hf.training.data import load_training_dataset
     from slimspec_hf.training.trainer import SlimSpecTrainer
 
-    dataset = load_training_dataset(args.data)
-    config = SlimSpecConfig(
-        output_dir=f"{args.out}/{args.mode}-{args.head_init}",
-        overwrite_output_dir=True,
-        max_steps=args.steps,
-        per_device_train_batch_size=2,
-        max_length=768,
-        features=args.mode,
-        head_init=args.head_init,
-        feature_cache_dir=f"{args.out}/cache",
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        cpu_threads=args.threads,
-        disable_tqdm=True,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        seed=0,
-        data_seed=0,
-    )
-    start = time.perf_counter()
-    trainer = SlimSpecTrainer(args=config, train_dataset=dataset)
-    init_s = time.perf_counter() - start
-    cache_s = 0.0
-    if args.mode == "offline":
-        start = time.perf_counter()
+    fields = {f.name: f for f in dataclasses.fields(SlimSpecConfig)}
+    settings = dict(DEFAULTS)
+    for key, value in zip(overrides[::2], overrides[1::2]):
+        key = key.lstrip("-")
+        if key not in fields:
+            sys.exit(f"bench_training.py: error: unknown setting `{key}` (a SlimSpecConfig field).")
+        settings[key] = _convert(fields[key], value)
+    settings.update(max_steps=steps, output_dir=f"/tmp/slimspec-bench-training/{name}", overwrite_output_dir=True)
+    dataset = load_training_dataset(settings.pop("dataset_path"))
+    trainer = SlimSpecTrainer(args=SlimSpecConfig(**settings), train_dataset=dataset)
+    if trainer.args.features == "offline":
         trainer.cache_features()
-        cache_s = time.perf_counter() - start
     start = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - start
     logs = [h for h in trainer.state.log_history if "acc_0" in h]
     tokens = sum(h["num_tokens"] for h in logs)
-    print(
-        json.dumps(
-            {
-                "mode": args.mode,
-                "head_init": args.head_init,
-                "threads": args.threads,
-                "steps": args.steps,
-                "init_s": round(init_s, 1),
-                "cache_s": round(cache_s, 1),
-                "train_s": round(train_s, 1),
-                "tokens": tokens,
-                "tokens_per_s": round(tokens / train_s, 1),
-                "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-                "curve": [(round(h["loss"], 3), h["acc_0"]) for h in logs],
-            }
+    import torch
+
+    result = {
+        "name": name,
+        "package": os.path.dirname(sys.modules["slimspec_hf"].__file__),
+        "settings": {k: v for k, v in settings.items() if k not in DEFAULTS or DEFAULTS[k] != v},
+        "threads": torch.get_num_threads(),
+        "steps": steps,
+        "train_s": round(train_s, 1),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / train_s, 1),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "curve": [{"loss": h["loss"], "kl_0": h["kl_0"], "acc_0": h["acc_0"]} for h in logs],
+    }
+    with open(record, "a") as f:
+        f.write(json.dumps(result) + "\n")
+    print(json.dumps(result))
+    return result
+
+
+def table(record: str) -> None:
+    runs = [json.loads(line) for line in open(record) if line.strip()]
+    if not runs:
+        sys.exit(f"bench_training.py: error: {record} holds no runs.")
+    base = runs[0]["tokens_per_s"]
+    print("| run | settings | threads | steps | tokens | train s | tokens/s | × first | kl_0 first→last | "
+          "acc_0 first→last | mean kl_0 (all steps) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
+    for r in runs:
+        c = r["curve"]
+        settings = " ".join(f"{k}={v}" for k, v in r["settings"].items() if k != "output_dir") or "(defaults)"
+        mean_kl = sum(p["kl_0"] for p in c) / max(len(c), 1)
+        print(
+            f"| {r['name']} | {settings} | {r['threads']} | {r['steps']} | {r['tokens']} | {r['train_s']} | "
+            f"{r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {c[0]['kl_0']:.3f}→{c[-1]['kl_0']:.3f} | "
+            f"{c[0]['acc_0']:.3f}→{c[-1]['acc_0']:.3f} | {mean_kl:.3f} |"
         )
-    )
+    print("\nPer-step kl_0 (same batches in every run):")
+    for r in runs:
+        print(f"  {r['name']:>12}: " + " ".join(f"{p['kl_0']:.3f}" for p in r["curve"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", help="a label for this run")
+    parser.add_argument("--steps", type=int, default=8, help="optimiser steps (default 8)")
+    parser.add_argument("--record", default="/tmp/slimspec-bench-training.jsonl", help="JSONL file runs append to")
+    parser.add_argument("--table", metavar="RECORD", help="print the side-by-side table of a record file and exit")
+    args, overrides = parser.parse_known_args()
+    if args.table:
+        table(args.table)
+        return
+    if not args.name:
+        parser.error("--name is required for a run")
+    if len(overrides) % 2:
+        parser.error(f"settings come as `--key value` pairs; got {overrides}")
+    run(args.name, args.steps, args.record, overrides)
 
 
 if __name__ == "__main__":

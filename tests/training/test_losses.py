@@ -153,3 +153,42 @@ def test_bad_arguments_name_the_parameter(tmp_path):
             torch.ones(1),
             chunk_size=0,
         )
+
+
+def test_cpu_chunks_stay_under_the_mmap_threshold():
+    from slimspec_hf.training.losses import effective_chunk_size
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert effective_chunk_size(256, 49152, cpu) == 85  # 85 rows × 49,152 fp32 ≤ 16 MiB
+    assert effective_chunk_size(32, 49152, cpu) == 32
+    assert effective_chunk_size(256, 10**8, cpu) == 1
+    assert effective_chunk_size(256, 49152, cuda) == 256
+
+
+def test_bf16_logits_give_the_fp32_loss_and_gradients():
+    """Under bf16 autocast the head's logits are bf16; the softmax maths still runs in fp32 (close results)."""
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(2, 9, 16, generator=g)
+    teacher_hidden = torch.randn(9, 16, generator=g)
+    teacher_w, head_w = torch.randn(300, 16, generator=g), torch.randn(300, 16, generator=g)
+    valid = torch.ones(2, 9, dtype=torch.bool)
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        h = hidden.clone().requires_grad_(True)
+        w = head_w.clone().requires_grad_(True)
+        out = ttt_kl_loss(
+            h,
+            teacher_hidden,
+            valid,
+            lambda x: (x @ w.T).to(dtype),
+            lambda x: x @ teacher_w.T,
+            step_weights(2, 0.8),
+            chunk_size=4,
+            params=[w],
+        )
+        out.loss.backward()
+        results.append((out.loss.detach(), h.grad, w.grad, out.step_correct))
+    (l32, h32, w32, c32), (l16, h16, w16, c16) = results
+    torch.testing.assert_close(l16, l32, rtol=0.02, atol=0.02)
+    torch.testing.assert_close(h16, h32, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(w16, w32, rtol=0.05, atol=0.05)

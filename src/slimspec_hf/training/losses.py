@@ -63,27 +63,74 @@ class TTTLossOutput:
     step_count: torch.Tensor
 
 
-def _teacher_chunk(teacher_head, teacher_hidden, compact_ids):
-    """Teacher log-probs over the (kept) vocabulary and the teacher's full-vocabulary top-1, (n, V|K) and (n,)."""
-    logits = teacher_head(teacher_hidden).float()  # (n, V), fp32: the KL is sensitive to the tail
+def _float_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the softmax maths runs in: fp32, or fp64 for fp64 inputs (tests)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _as_float(x: torch.Tensor) -> torch.Tensor:
+    """`x` in its float dtype (one cheap cast for bf16/fp16; elementwise bf16 kernels are ~10x slower on CPU)."""
+    return x.to(_float_dtype(x.dtype))
+
+
+# On CPU, an (n, V) fp32 tensor above glibc's largest mmap threshold (32 MiB) is mapped afresh at every allocation
+# and page-faulted in, which made the softmax maths ~5x slower at 256 rows of V = 49,152 than at 64 (measured). The
+# chunk's row count is capped so that one (n, V) fp32 tensor stays under this size.
+_CPU_CHUNK_BYTES = 16 * 2**20
+
+
+def effective_chunk_size(chunk_size: int, vocab_size: int, device: torch.device) -> int:
+    """Rows per chunk: `chunk_size`, capped on CPU so that one (rows, V) fp32 tensor is at most 16 MiB."""
+    if device.type != "cpu":
+        return chunk_size
+    return max(1, min(chunk_size, _CPU_CHUNK_BYTES // (4 * max(vocab_size, 1))))
+
+
+@dataclass
+class _TeacherChunk:
+    """What every TTT step of a chunk of rows shares, computed once: the teacher's probabilities over the (kept)
+    vocabulary `probs` (n, V|K), its negative entropy Σ p·log p (n,) and where its full-vocabulary top-1 sits in the
+    student's vocabulary `top1_local` (n,), -1 when a trimmed head does not keep it."""
+
+    probs: torch.Tensor
+    neg_entropy: torch.Tensor
+    top1_local: torch.Tensor
+
+
+def _teacher_chunk(teacher_head, teacher_hidden, compact_ids) -> _TeacherChunk:
+    logits = _as_float(teacher_head(teacher_hidden))  # (n, V), fp32: the KL is sensitive to the tail
     top1 = logits.argmax(-1)
     if compact_ids is not None:
         logits = logits.index_select(-1, compact_ids)  # (n, K): the teacher renormalised over the kept tokens
-    return F.log_softmax(logits, dim=-1), top1
+        kept = compact_ids[None, :] == top1[:, None]  # (n, K)
+        top1 = torch.where(kept.any(-1), kept.int().argmax(-1), -1)
+    logp = torch.log_softmax(logits, dim=-1)
+    probs = logp.exp()
+    return _TeacherChunk(probs, torch.linalg.vecdot(probs, logp), top1)
 
 
-def _chunk_kl(student_head, hidden, teacher_logp, teacher_top1, compact_ids):
-    student_logits = student_head(hidden).float()  # (n, V|K)
-    student_logp = F.log_softmax(student_logits, dim=-1)
-    kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1)  # (n,)
-    top1 = student_logits.argmax(-1)
-    if compact_ids is not None:
-        top1 = compact_ids[top1]
-    return kl, (top1 == teacher_top1)
+def _student_step(logits: torch.Tensor, teacher: _TeacherChunk):
+    """KL(p ‖ q) per row, whether the student's top-1 is the teacher's, and dKL/dlogits = q − p, from the student's
+    logits alone (no autograd graph over the (n, V) logits).
+
+    With q = softmax(z) and m = max z: KL = Σ p·log p − Σ p·z + logsumexp(z), and logsumexp(z) = m − log max q
+    exactly. Top-1 agreement: the student's logit at the teacher's top-1 is its maximum."""
+    z = _as_float(logits.detach())
+    q = torch.softmax(z, dim=-1)  # (n, V|K)
+    top = z.amax(-1)
+    kl = teacher.neg_entropy - torch.linalg.vecdot(teacher.probs, z) + top - q.amax(-1).log()
+    at_teacher = z.gather(-1, teacher.top1_local.clamp(min=0)[:, None]).squeeze(-1)
+    hit = (teacher.top1_local >= 0) & (at_teacher >= top)
+    return kl, hit, q.sub_(teacher.probs)
 
 
 class _FusedHeadKL(torch.autograd.Function):
-    """Runs head + KL chunk by chunk and computes each chunk's gradient at once, keeping only (S, N, d) grads."""
+    """Runs head + KL chunk by chunk and computes each chunk's gradient at once, keeping only (S, N, d) grads.
+
+    Per chunk of rows: the teacher's probabilities once (`_teacher_chunk`); per step: the student's logits, the KL
+    and its closed-form gradient q − p (`_student_step`), pushed back through the head only. All rows of a chunk are
+    computed at every step and the rows without a loss at that step are masked (they are few: only near sequence
+    starts), so no (n, V) tensor is ever gathered."""
 
     @staticmethod
     def forward(
@@ -109,22 +156,24 @@ class _FusedHeadKL(torch.autograd.Function):
             rows = slice(start, start + chunk_size)
             if not valid[:, rows].any():
                 continue
-            teacher_logp, teacher_top1 = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
+            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
             for k in range(num_steps):
-                keep = valid[k, rows].nonzero(as_tuple=True)[0] + start  # rows of this chunk with a loss at step k
-                if keep.numel() == 0:
+                keep = valid[k, rows]  # (n,) rows of this chunk with a loss at step k
+                if not keep.any():
                     continue
-                local = keep - start
                 with torch.enable_grad():
-                    hidden = student_hidden[k, keep].detach().requires_grad_(True)  # (n, d)
-                    kl, hit = _chunk_kl(student_head, hidden, teacher_logp[local], teacher_top1[local], compact_ids)
-                    grads = torch.autograd.grad(kl.sum() * scale[k], [hidden, *params], allow_unused=True)
-                grad_hidden[k, keep] = grads[0].to(grad_hidden.dtype)
+                    hidden = student_hidden[k, rows].detach().requires_grad_(True)  # (n, d)
+                    logits = student_head(hidden)  # (n, V|K)
+                kl, hit, grad = _student_step(logits, teacher)
+                if not keep.all():
+                    grad[~keep] = 0
+                grads = torch.autograd.grad(logits, [hidden, *params], grad.to(logits.dtype), allow_unused=True)
+                grad_hidden[k, rows] = grads[0].to(grad_hidden.dtype) * scale[k]
                 for acc, g in zip(grad_params, grads[1:]):
                     if g is not None:
-                        acc.add_(g)
-                kl_sum[k] += kl.detach().sum()
-                correct[k] += hit.sum()
+                        acc.add_(g, alpha=float(scale[k]))
+                kl_sum[k] += kl.detach().float().masked_fill(~keep, 0).sum()
+                correct[k] += (hit & keep).sum()
         ctx.save_for_backward(grad_hidden, *grad_params)
         step_kl = kl_sum / counts.clamp(min=1)
         loss = (step_kl * weights.to(step_kl.device)).sum()
@@ -204,22 +253,18 @@ def ttt_kl_loss(
         correct = torch.zeros(num_steps, dtype=torch.long, device=student_hidden.device)
         for start in range(0, num_rows, chunk_size):
             rows = slice(start, start + chunk_size)
-            teacher_logp, teacher_top1 = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
+            if not valid[:, rows].any():
+                continue
+            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
             for k in range(num_steps):
-                local = valid[k, rows].nonzero(as_tuple=True)[0]
-                if local.numel() == 0:
+                keep = valid[k, rows]
+                if not keep.any():
                     continue
-                kl, hit = _chunk_kl(
-                    student_head,
-                    student_hidden[k, start + local],
-                    teacher_logp[local],
-                    teacher_top1[local],
-                    compact_ids,
-                )
-                kl_sum[k] += kl.sum()
-                correct[k] += hit.sum()
+                kl, hit, _ = _student_step(student_head(student_hidden[k, rows]), teacher)
+                kl_sum[k] += kl.float().masked_fill(~keep, 0).sum()
+                correct[k] += (hit & keep).sum()
         step_kl = kl_sum / counts.clamp(min=1)
         return TTTLossOutput((step_kl * weights.to(step_kl.device)).sum(), step_kl, correct, counts)
 
 
-__all__ = ["forward_kl", "step_weights", "ttt_targets", "ttt_kl_loss", "TTTLossOutput"]
+__all__ = ["effective_chunk_size", "forward_kl", "step_weights", "ttt_targets", "ttt_kl_loss", "TTTLossOutput"]

@@ -30,7 +30,7 @@ from .config import SlimSpecConfig
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
 from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head
-from .losses import step_weights, ttt_kl_loss, ttt_targets
+from .losses import effective_chunk_size, step_weights, ttt_kl_loss, ttt_targets
 from .model_card import write_model_card
 
 
@@ -108,7 +108,7 @@ class SlimSpecTTTModel(nn.Module):
             student_head,
             self.teacher_logits,
             self.step_weights,
-            chunk_size=self.kl_chunk_size,
+            chunk_size=effective_chunk_size(self.kl_chunk_size, self._teacher_head.weight.shape[0], teacher.device),
             params=params,
             compact_ids=compact_ids,
         )
