@@ -129,6 +129,13 @@ def test_regenerate_resumes_and_loses_at_most_a_batch(embedded_target, tmp_path)
         assert [m["role"] for m in messages] == ["user", "assistant"]
     tokenized = prepare_dataset(dataset, tokenizer, max_length=64)
     assert all(sum(m) > 0 for m in tokenized["loss_mask"])
+    # a time box: the first batch always runs, then no batch begins that would end past `max_seconds`
+    more = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Count to {i}"}]} for i in range(6)]
+    stats = regenerate(
+        model, tokenizer, more, tmp_path, batch_size=2, max_new_tokens=3, progress=False, max_seconds=1e-6
+    )
+    assert stats["done"] == 2 and stats["left"] == 4
+    assert len(completed_ids(tmp_path)) == 7
 
 
 def _write_shard(folder, rows, name="shard-000000000000001-1.jsonl"):

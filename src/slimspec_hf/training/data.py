@@ -152,11 +152,14 @@ def regenerate(
     seed: int = 0,
     max_prompt_length: int | None = 2048,
     progress: bool = True,
+    max_seconds: float | None = None,
 ) -> dict:
     """Has `model` answer every prompt not yet answered under `out_dir`, appending rows to a new JSONL shard.
 
     Prompts are processed longest-first in batches of similar length (less padding), left-padded. Multi-turn
-    prompts are answered turn by turn. Returns counts and throughput: {"done", "skipped", "new_tokens", "seconds"}.
+    prompts are answered turn by turn. `max_seconds` time-boxes the run: a batch is not begun when the mean batch
+    time so far would end it past the budget (the rest is left for a later run). Returns counts and throughput:
+    {"done", "skipped", "new_tokens", "seconds", "too_long", "left"}.
     """
     from tqdm.auto import tqdm
 
@@ -165,7 +168,14 @@ def regenerate(
     data_dir.mkdir(parents=True, exist_ok=True)
     done = completed_ids(out_dir, repair=True)
     pending = [p for p in prompts if p["id"] not in done]
-    stats = {"done": 0, "skipped": len(prompts) - len(pending), "new_tokens": 0, "seconds": 0.0, "too_long": 0}
+    stats = {
+        "done": 0,
+        "skipped": len(prompts) - len(pending),
+        "new_tokens": 0,
+        "seconds": 0.0,
+        "too_long": 0,
+        "left": 0,
+    }
     if not pending:
         return stats
     if tokenizer.pad_token_id is None:
@@ -199,6 +209,13 @@ def regenerate(
     device = next(model.parameters()).device
     with open(shard, "a", encoding="utf-8") as out:
         for batch_start in range(0, len(pending), batch_size):
+            elapsed = time.perf_counter() - start
+            if max_seconds is not None and batch_start and elapsed * (1 + batch_size / batch_start) > max_seconds:
+                stats["left"] = len(pending) - batch_start
+                logger.info(
+                    "Stopping after %.0f s (`max_seconds` %.0f): %d prompts left.", elapsed, max_seconds, stats["left"]
+                )
+                break
             batch = pending[batch_start : batch_start + batch_size]
             conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in batch]
             finish = ["stop"] * len(batch)
