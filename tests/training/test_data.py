@@ -129,3 +129,35 @@ def test_regenerate_resumes_and_loses_at_most_a_batch(embedded_target, tmp_path)
         assert [m["role"] for m in messages] == ["user", "assistant"]
     tokenized = prepare_dataset(dataset, tokenizer, max_length=64)
     assert all(sum(m) > 0 for m in tokenized["loss_mask"])
+    # a time box: the first batch always runs, then no batch begins that would end past `max_seconds`
+    more = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Count to {i}"}]} for i in range(6)]
+    stats = regenerate(
+        model, tokenizer, more, tmp_path, batch_size=2, max_new_tokens=3, progress=False, max_seconds=1e-6
+    )
+    assert stats["done"] == 2 and stats["left"] == 4
+    assert len(completed_ids(tmp_path)) == 7
+
+
+def _write_shard(folder, rows, name="shard-000000000000001-1.jsonl"):
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    with open(folder / "data" / name, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def _row(id, answer):
+    return {"id": id, "messages": [{"role": "user", "content": id}, {"role": "assistant", "content": answer}]}
+
+
+def test_several_sources_load_as_one_with_each_id_once(tmp_path):
+    # mix_16k holds the prompts of balanced_4k too, and a GPU run may answer prompts a CPU run answered meanwhile
+    _write_shard(tmp_path / "mix", [_row("a", "mix"), _row("b", "mix")])
+    _write_shard(tmp_path / "mix", [_row("b", "later shard")], name="shard-000000000000002-1.jsonl")
+    _write_shard(tmp_path / "balanced", [_row("b", "balanced"), _row("c", "balanced")])
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps(_row("d", "file")) + "\n")
+    dataset = load_training_dataset(f"{tmp_path / 'mix'},{tmp_path / 'balanced'}, {extra}")
+    assert dataset["id"] == ["a", "b", "c", "d"]
+    assert [m[1]["content"] for m in dataset["messages"]] == ["mix", "mix", "balanced", "file"]
+    with pytest.raises(ValueError, match="neither a prepare-data folder"):
+        load_training_dataset(f"{tmp_path / 'mix'},{tmp_path / 'nothing'}")

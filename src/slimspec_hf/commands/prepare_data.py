@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", help="where the target runs (cpu, cuda, cuda:1, ...)")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="time box: begin no batch that would end past this many seconds of generation (rerun to continue)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -45,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        raise CommandError(f"`--max-seconds` must be > 0, got {args.max_seconds}.")
     for name in ("batch_size", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise CommandError(f"`--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.")
@@ -80,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         max_prompt_length=args.max_prompt_length,
         progress=not args.no_progress,
+        max_seconds=args.max_seconds,
     )
     rate = stats["new_tokens"] / stats["seconds"] if stats["seconds"] else 0.0
     print(
-        f"prepare-data: {stats['done']} new, {stats['skipped']} already done, {stats['too_long']} too long; "
+        f"prepare-data: {stats['done']} new, {stats['skipped']} already done, {stats['too_long']} too long, "
+        f"{stats['left']} left; "
         f"{stats['new_tokens']} tokens in {stats['seconds']:.1f} s ({rate:.1f} tokens/s) -> {out_dir}"
     )
     return 0

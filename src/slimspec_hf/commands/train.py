@@ -141,8 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         eval_dataset=eval_dataset,
         peft_config=get_peft_config(ModelConfig(**dataclasses.asdict(peft_args))),
     )
-    trainer.train(resume_from_checkpoint=_resume_value(args.resume_from_checkpoint))
+    result = trainer.train(resume_from_checkpoint=_resume_value(args.resume_from_checkpoint))
     trainer.save_model(args.output_dir)
+    # train_results.json (runtime, steps/s, mean loss) and trainer_state.json (the logged loss/accuracy curve)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
     if trainer.is_world_process_zero():
         logger.info("Drafter saved to %s", args.output_dir)
     return 0

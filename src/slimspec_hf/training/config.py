@@ -97,7 +97,8 @@ class SlimSpecConfig(TrainingArguments):
         default=None,
         metadata={
             "help": "Training data: a `slimspec prepare-data` output folder, a `.jsonl`/`.json` file or a "
-            "`datasets.save_to_disk` folder, with `messages` or pre-tokenised `input_ids` (+ `loss_mask`)."
+            "`datasets.save_to_disk` folder, with `messages` or pre-tokenised `input_ids` (+ `loss_mask`); several "
+            "prepare-data folders or .jsonl files separated by commas are read as one (each conversation id once)."
         },
     )
     eval_dataset_path: str | None = field(default=None, metadata={"help": "Optional evaluation data, same format."})
@@ -193,6 +194,14 @@ class SlimSpecConfig(TrainingArguments):
             "spin-wait slowdowns of oversubscription)."
         },
     )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "Wall-clock budget of the training loop in seconds (from its first step; loading, tokenising and "
+            "feature caching come before): the step that would end past it is not begun, and the run ends as at "
+            "`max_steps` (logged, saved). None: no limit."
+        },
+    )
 
     # Output
     overwrite_output_dir: bool = field(
@@ -229,6 +238,8 @@ class SlimSpecConfig(TrainingArguments):
             raise ValueError(f"`target_layer_ids` must hold three indices, got {self.target_layer_ids}.")
         if self.max_length is not None and self.max_length < self.ttt_steps + 2:
             raise ValueError(f"`max_length` ({self.max_length}) must exceed `ttt_steps` + 1 = {self.ttt_steps + 1}.")
+        if self.max_train_seconds is not None and self.max_train_seconds <= 0:
+            raise ValueError(f"`max_train_seconds` ({self.max_train_seconds}) must be > 0 (or None: no limit).")
 
 
 def card_fields(config_class: type = SlimSpecConfig) -> list[str]:

@@ -152,11 +152,14 @@ def regenerate(
     seed: int = 0,
     max_prompt_length: int | None = 2048,
     progress: bool = True,
+    max_seconds: float | None = None,
 ) -> dict:
     """Has `model` answer every prompt not yet answered under `out_dir`, appending rows to a new JSONL shard.
 
     Prompts are processed longest-first in batches of similar length (less padding), left-padded. Multi-turn
-    prompts are answered turn by turn. Returns counts and throughput: {"done", "skipped", "new_tokens", "seconds"}.
+    prompts are answered turn by turn. `max_seconds` time-boxes the run: a batch is not begun when the mean batch
+    time so far would end it past the budget (the rest is left for a later run). Returns counts and throughput:
+    {"done", "skipped", "new_tokens", "seconds", "too_long", "left"}.
     """
     from tqdm.auto import tqdm
 
@@ -165,7 +168,14 @@ def regenerate(
     data_dir.mkdir(parents=True, exist_ok=True)
     done = completed_ids(out_dir, repair=True)
     pending = [p for p in prompts if p["id"] not in done]
-    stats = {"done": 0, "skipped": len(prompts) - len(pending), "new_tokens": 0, "seconds": 0.0, "too_long": 0}
+    stats = {
+        "done": 0,
+        "skipped": len(prompts) - len(pending),
+        "new_tokens": 0,
+        "seconds": 0.0,
+        "too_long": 0,
+        "left": 0,
+    }
     if not pending:
         return stats
     if tokenizer.pad_token_id is None:
@@ -199,6 +209,13 @@ def regenerate(
     device = next(model.parameters()).device
     with open(shard, "a", encoding="utf-8") as out:
         for batch_start in range(0, len(pending), batch_size):
+            elapsed = time.perf_counter() - start
+            if max_seconds is not None and batch_start and elapsed * (1 + batch_size / batch_start) > max_seconds:
+                stats["left"] = len(pending) - batch_start
+                logger.info(
+                    "Stopping after %.0f s (`max_seconds` %.0f): %d prompts left.", elapsed, max_seconds, stats["left"]
+                )
+                break
             batch = pending[batch_start : batch_start + batch_size]
             conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in batch]
             finish = ["stop"] * len(batch)
@@ -257,10 +274,42 @@ def regenerate(
 
 
 def load_training_dataset(path: str | os.PathLike):
-    """A `datasets.Dataset` from a prepare-data folder, a `save_to_disk` folder, or a JSON/JSONL file."""
+    """A `datasets.Dataset` from a prepare-data folder, a `save_to_disk` folder, or a JSON/JSONL file.
+
+    Several prepare-data folders or .jsonl files separated by commas (`mix_16k,balanced_4k`) are read as one
+    dataset. A conversation id met twice (the same prompt in two sources, or answered by two runs that overlapped) is
+    kept once: its first row, in the order the sources are given and, within a folder, the order the shards were
+    written.
+    """
     import datasets
 
+    parts = [part.strip() for part in str(path).split(",")] if "," in str(path) else [path]
+    if len(parts) > 1 or (Path(path) / DATA_SUBDIR).is_dir():
+        rows = [row for part in parts for row in _load_rows(Path(part))]
+        seen, unique = set(), []
+        for row in rows:
+            key = row.get("id")
+            if key is not None and key in seen:
+                continue
+            seen.add(key)
+            unique.append(row)
+        if len(unique) < len(rows):
+            logger.warning("%s: kept the first of %d repeated conversation ids.", path, len(rows) - len(unique))
+        unique.sort(key=lambda row: str(row.get("id")))  # a fixed order, whatever order the shards were written in
+        return datasets.Dataset.from_list(unique)
     path = Path(path)
+    if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()):
+        return datasets.load_from_disk(str(path))
+    if path.is_file() and path.suffix in (".jsonl", ".json"):
+        return datasets.load_dataset("json", data_files=str(path), split="train")
+    raise ValueError(
+        f"`dataset_path` {path} is neither a prepare-data folder (with `{DATA_SUBDIR}/`), a `save_to_disk` folder, "
+        "nor a .json/.jsonl file."
+    )
+
+
+def _load_rows(path: Path) -> list[dict]:
+    """The rows of one source of `dataset_path`: a prepare-data folder or a .jsonl file."""
     if path.is_dir() and (path / DATA_SUBDIR).is_dir():
         rows, cut = _read_shards(path / DATA_SUBDIR)
         if cut:
@@ -269,15 +318,13 @@ def load_training_dataset(path: str | os.PathLike):
             )
         if not rows:
             raise ValueError(f"`dataset_path` {path} holds no conversations yet; run `slimspec prepare-data` first.")
-        rows.sort(key=lambda row: row["id"])  # a fixed order, whatever order the shards were written in
-        return datasets.Dataset.from_list(rows)
-    if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()):
-        return datasets.load_from_disk(str(path))
-    if path.is_file() and path.suffix in (".jsonl", ".json"):
-        return datasets.load_dataset("json", data_files=str(path), split="train")
+        return rows
+    if path.is_file() and path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
     raise ValueError(
-        f"`dataset_path` {path} is neither a prepare-data folder (with `{DATA_SUBDIR}/`), a `save_to_disk` folder, "
-        "nor a .json/.jsonl file."
+        f"`dataset_path`: {path} is neither a prepare-data folder (with `{DATA_SUBDIR}/`) nor a .jsonl file, the "
+        "sources a comma-separated `dataset_path` can combine."
     )
 
 

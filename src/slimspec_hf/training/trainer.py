@@ -26,6 +26,7 @@ from ..modeling_slimspec import (
     TrimmedHead,
 )
 from ..targets import load_target, target_features
+from .callbacks import TimeLimitCallback
 from .config import SlimSpecConfig
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
@@ -229,6 +230,8 @@ class SlimSpecTrainer(Trainer):
             callbacks=callbacks,
             optimizers=optimizers,
         )
+        if args.max_train_seconds is not None:
+            self.add_callback(TimeLimitCallback(args.max_train_seconds))
         self.target.to(self.args.device)
         if self.args.features == "offline":
             self._cache_root = feature_cache_root(args, target, self._layer_ids)
