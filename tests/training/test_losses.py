@@ -180,7 +180,7 @@ def test_bf16_logits_give_the_fp32_loss_and_gradients():
             h,
             teacher_hidden,
             valid,
-            lambda x: (x @ w.T).to(dtype),
+            lambda x, w=w, dtype=dtype: (x @ w.T).to(dtype),
             lambda x: x @ teacher_w.T,
             step_weights(2, 0.8),
             chunk_size=4,
