@@ -192,3 +192,48 @@ def test_bf16_logits_give_the_fp32_loss_and_gradients():
     torch.testing.assert_close(l16, l32, rtol=0.02, atol=0.02)
     torch.testing.assert_close(h16, h32, rtol=0.05, atol=0.05)
     torch.testing.assert_close(w16, w32, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_hass_top_k_term_matches_naive(grad):
+    """KL + w·(−Σ_{top-k of p} p log q), against autograd over materialised logits (and the no-grad path)."""
+    g = torch.Generator().manual_seed(3)
+    num_steps, rows, width, vocab, top_k, w = 2, 7, 8, 40, 5, 0.7
+    hidden = torch.randn(num_steps, rows, width, generator=g, dtype=torch.float64)
+    teacher_hidden = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    teacher_w, head_w = (torch.randn(vocab, width, generator=g, dtype=torch.float64) for _ in range(2))
+    valid = torch.rand(num_steps, rows, generator=g) > 0.2
+    weights = step_weights(num_steps, 0.8).double()
+
+    h1, w1 = hidden.clone().requires_grad_(grad), head_w.clone().requires_grad_(grad)
+    out = ttt_kl_loss(
+        h1,
+        teacher_hidden,
+        valid,
+        lambda h: h @ w1.T,
+        lambda h: h @ teacher_w.T,
+        weights,
+        chunk_size=3,
+        params=[w1],
+        top_k=top_k,
+        top_k_weight=w,
+    )
+
+    h2, w2 = hidden.clone().requires_grad_(True), head_w.clone().requires_grad_(True)
+    p = torch.softmax(teacher_hidden @ teacher_w.T, -1)
+    top_p, top_ids = p.topk(top_k, -1)
+    ref, ref_kl = 0, []
+    for k in range(num_steps):
+        logq = torch.log_softmax(h2[k] @ w2.T, -1)
+        kl = (p * (p.log() - logq)).sum(-1)
+        term = -(top_p * logq.gather(-1, top_ids)).sum(-1)
+        mask = valid[k].double()
+        ref = ref + weights[k] * ((kl + w * term) * mask).sum() / mask.sum()
+        ref_kl.append((kl * mask).sum() / mask.sum())
+    torch.testing.assert_close(out.loss.double(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.step_kl.double(), torch.stack(ref_kl).detach(), rtol=1e-5, atol=1e-6)
+    if grad:
+        out.loss.backward()
+        ref.backward()
+        torch.testing.assert_close(h1.grad, h2.grad, rtol=1e-5, atol=1e-8)
+        torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-5, atol=1e-8)

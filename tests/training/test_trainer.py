@@ -1,6 +1,7 @@
 """SlimSpecTrainer: TTT semantics, training on a tiny target, PEFT, offline features, resume, bad input."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -459,3 +460,50 @@ def test_ttt_steps_do_not_set_the_drafters_draft_length(tmp_path):
     assert default == SlimSpecDrafterConfig.from_target_config(target.config).num_speculative_tokens
     chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_speculative_tokens=3))
     assert chosen.config.num_speculative_tokens == 3
+
+
+def test_target_last_layer_init_reproduces_the_targets_last_layer(tmp_path):
+    """With `layer_init="target_last_layer"` the drafter's layer on [0 ; h] is the target's last layer on h."""
+    target = peaked_target()
+    args = tiny_args(tmp_path, layer_init="target_last_layer", max_steps=1)
+    drafter = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(4)).drafter
+    layer = drafter.layer
+    assert torch.count_nonzero(layer.self_attn.q_proj.weight[:, : drafter.config.hidden_size]) == 0
+    last = target.model.layers[-1]
+    torch.testing.assert_close(layer.mlp.down_proj.weight, last.mlp.down_proj.weight)
+    torch.testing.assert_close(drafter.norm.weight, target.model.norm.weight)
+    # fc passes the deepest fused layer through
+    width = drafter.config.hidden_size
+    features = torch.randn(1, 5, 3 * width)
+    deepest = max(range(3), key=lambda i: drafter.config.target_layer_ids[i])
+    torch.testing.assert_close(drafter.fc(features), features[..., deepest * width : (deepest + 1) * width])
+    # the attention on [embedding ; h] ignores the embedding half
+    h = torch.randn(1, 5, width)
+    x1 = torch.cat([torch.randn(1, 5, width), layer.hidden_norm(h)], -1)
+    x2 = torch.cat([torch.randn(1, 5, width), layer.hidden_norm(h)], -1)
+    torch.testing.assert_close(layer.self_attn.q_proj(x1), layer.self_attn.q_proj(x2))
+    torch.testing.assert_close(layer.self_attn.q_proj(x1), last.self_attn.q_proj(last.input_layernorm(h)))
+
+
+def test_hass_top_k_term_trains(tmp_path):
+    target = peaked_target()
+    args = tiny_args(tmp_path, distill_top_k=4, distill_top_k_weight=0.5, max_steps=4, logging_steps=1)
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(16))
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "acc_0" in h]
+    assert len(logs) == 4 and all(math.isfinite(h["loss"]) for h in logs)
+    # the loss includes the top-k term: it exceeds the weighted KL the logs report
+    weighted_kl = sum(0.8**k * logs[0][f"kl_{k}"] for k in range(3))
+    assert logs[0]["loss"] > weighted_kl + 0.01
+
+
+def test_evaluation_conversations_are_not_trained_on():
+    import datasets
+
+    from slimspec_hf.training.trainer import drop_eval_conversations
+
+    train = datasets.Dataset.from_list([{"id": f"c{i}", "input_ids": [1, 2]} for i in range(5)])
+    held_out = datasets.Dataset.from_list([{"id": "c1", "input_ids": [1]}, {"id": "c3", "input_ids": [1]}])
+    assert drop_eval_conversations(train, held_out)["id"] == ["c0", "c2", "c4"]
+    no_ids = datasets.Dataset.from_list([{"input_ids": [1]}])
+    assert len(drop_eval_conversations(train, no_ids)) == 5

@@ -12,6 +12,7 @@ from ..configuration_slimspec import HEAD_TYPES
 
 # The one list of head initialisations (`slimspec convert` offers those that need no training data).
 HEAD_INITS = ("random", "svd", "activation_svd")
+LAYER_INITS = ("random", "target_last_layer")
 FEATURE_MODES = ("online", "offline")
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -142,6 +143,16 @@ class SlimSpecConfig(TrainingArguments):
         default=8192,
         metadata={"help": "Assistant positions whose final hidden states estimate C for `activation_svd`."},
     )
+    layer_init: Literal[LAYER_INITS] = field(
+        default="random",
+        metadata=_card(
+            help="Initialisation of a new drafter's decoder layer: `random`, or `target_last_layer` (the target's "
+            "last decoder layer: the hidden-state half of q/k/v from its projections, the embedding half zero; "
+            "o_proj, MLP and norms copied; `fc` passes the deepest fused target layer through; the final norm is "
+            "the target's).",
+            choices=list(LAYER_INITS),
+        ),
+    )
     target_layer_ids: list[int] | None = field(
         default=None,
         metadata=_card(
@@ -169,6 +180,16 @@ class SlimSpecConfig(TrainingArguments):
     # Training-time test
     ttt_steps: int = field(default=6, metadata=_card(help="Unrolled drafting steps per position (EAGLE-3's TTT)."))
     step_loss_decay: float = field(default=0.8, metadata=_card(help="Weight `decay**k` of the loss of step k."))
+    distill_top_k: int = field(
+        default=0,
+        metadata=_card(
+            help="HASS's top-k distillation: with k > 0, `distill_top_k_weight · (−Σ_{j ∈ top-k(p)} p_j log q_j)` "
+            "is added to the KL of every position and step (0: the full-vocabulary KL alone)."
+        ),
+    )
+    distill_top_k_weight: float = field(
+        default=1.0, metadata=_card(help="Weight of the top-k term (`distill_top_k` > 0).")
+    )
     kl_chunk_size: int = field(
         default=256,
         metadata={"help": "Positions whose full-vocabulary logits are held at once when computing the KL."},
@@ -219,6 +240,13 @@ class SlimSpecConfig(TrainingArguments):
             raise ValueError(f"`kl_chunk_size` ({self.kl_chunk_size}) must be a positive number of positions.")
         if self.head_type not in HEAD_TYPES:
             raise ValueError(f"`head_type` must be one of {list(HEAD_TYPES)}, got {self.head_type!r}.")
+        if self.layer_init not in LAYER_INITS:
+            raise ValueError(f"`layer_init` must be one of {list(LAYER_INITS)}, got {self.layer_init!r}.")
+        if self.distill_top_k < 0 or self.distill_top_k_weight < 0:
+            raise ValueError(
+                f"`distill_top_k` ({self.distill_top_k}) and `distill_top_k_weight` ({self.distill_top_k_weight}) "
+                "must be ≥ 0."
+            )
         if self.head_init not in HEAD_INITS:
             raise ValueError(f"`head_init` must be one of {list(HEAD_INITS)}, got {self.head_init!r}.")
         if self.target_dtype not in TARGET_DTYPES:
@@ -251,4 +279,4 @@ def card_fields(config_class: type = SlimSpecConfig) -> list[str]:
     return [f.name for f in own + inherited if f.metadata.get("card")]
 
 
-__all__ = ["SlimSpecConfig", "HEAD_INITS", "FEATURE_MODES", "TARGET_DTYPES", "card_fields"]
+__all__ = ["SlimSpecConfig", "HEAD_INITS", "LAYER_INITS", "FEATURE_MODES", "TARGET_DTYPES", "card_fields"]

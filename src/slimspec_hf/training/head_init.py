@@ -36,6 +36,61 @@ def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterFor
 
 
 @torch.no_grad()
+def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn.Module) -> None:
+    """Starts the drafter's decoder layer as the target's last one (`layer_init="target_last_layer"`).
+
+    The layer reads [norm(embedding) ; norm(hidden)] (2d wide): q/k/v get the target's projections on the hidden
+    half and zeros on the embedding half; o_proj, the MLP, the post-attention norm and the hidden-state norm (the
+    target layer's input norm) are copied, and the drafter's final norm is the target's. `fc` passes the deepest of
+    the three fused target layers through unchanged (identity on its block, zeros elsewhere), so that at step 0 the
+    layer starts on the target's own residual stream.
+    """
+    backbone = getattr(target, target.base_model_prefix, target)
+    last = backbone.layers[-1]
+    config = drafter.config
+    width = config.hidden_size
+    if config.target_hidden_size != width:
+        raise ValueError(
+            f"`layer_init='target_last_layer'` needs the drafter as wide as the target ({width} vs "
+            f"{config.target_hidden_size}); use layer_init='random'."
+        )
+    layer, attn, source = drafter.layer, drafter.layer.self_attn, last.self_attn
+    for name in ("q_proj", "k_proj", "v_proj"):
+        mine, theirs = getattr(attn, name), getattr(source, name)
+        if mine.weight.shape != (theirs.weight.shape[0], 2 * theirs.weight.shape[1]):
+            raise ValueError(
+                f"`layer_init='target_last_layer'`: the drafter's {name} {tuple(mine.weight.shape)} does not take "
+                f"the target's {tuple(theirs.weight.shape)} (different heads); use layer_init='random'."
+            )
+        mine.weight.zero_()
+        mine.weight[:, width:].copy_(theirs.weight)
+        if mine.bias is not None and theirs.bias is not None:
+            mine.bias.copy_(theirs.bias)
+    pairs = [
+        (attn.o_proj, source.o_proj),
+        (layer.mlp.gate_proj, last.mlp.gate_proj),
+        (layer.mlp.up_proj, last.mlp.up_proj),
+        (layer.mlp.down_proj, last.mlp.down_proj),
+        (layer.hidden_norm, last.input_layernorm),
+        (layer.post_attention_layernorm, last.post_attention_layernorm),
+        (drafter.norm, backbone.norm),
+    ]
+    for mine, theirs in pairs:
+        for name, param in mine.named_parameters(recurse=False):
+            source_param = getattr(theirs, name)
+            if param.shape != source_param.shape:
+                raise ValueError(
+                    f"`layer_init='target_last_layer'`: the drafter's {type(mine).__name__}.{name} "
+                    f"{tuple(param.shape)} differs from the target's {tuple(source_param.shape)}; use "
+                    "layer_init='random'."
+                )
+            param.copy_(source_param.to(param.dtype))
+    deepest = max(range(3), key=lambda i: config.target_layer_ids[i])
+    drafter.fc.weight.zero_()
+    drafter.fc.weight[:, deepest * width : (deepest + 1) * width].copy_(torch.eye(width))
+
+
+@torch.no_grad()
 def target_hidden_second_moment(target, dataset, num_tokens: int, batch_size: int = 8) -> torch.Tensor:
     """C = E[h hᵀ] (fp64, d_t×d_t) of the target's final hidden states at assistant positions of `dataset`."""
     device = next(target.parameters()).device
@@ -199,6 +254,7 @@ __all__ = [
     "second_moment",
     "activation_aware_factors",
     "initialise_head",
+    "initialise_layer_from_target",
     "freeze_backbone",
     "apply_lora",
     "prepare_head_finetune",

@@ -90,14 +90,18 @@ def effective_chunk_size(chunk_size: int, vocab_size: int, device: torch.device)
 class _TeacherChunk:
     """What every TTT step of a chunk of rows shares, computed once: the teacher's probabilities over the (kept)
     vocabulary `probs` (n, V|K), its negative entropy Σ p·log p (n,) and where its full-vocabulary top-1 sits in the
-    student's vocabulary `top1_local` (n,), -1 when a trimmed head does not keep it."""
+    student's vocabulary `top1_local` (n,), -1 when a trimmed head does not keep it. With a top-k term (HASS): the
+    teacher's k most probable tokens `top_ids` (n, k), their probabilities `top_probs` (n, k) and total `top_mass`."""
 
     probs: torch.Tensor
     neg_entropy: torch.Tensor
     top1_local: torch.Tensor
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
+    top_mass: torch.Tensor | None = None
 
 
-def _teacher_chunk(teacher_head, teacher_hidden, compact_ids) -> _TeacherChunk:
+def _teacher_chunk(teacher_head, teacher_hidden, compact_ids, top_k: int = 0) -> _TeacherChunk:
     logits = _as_float(teacher_head(teacher_hidden))  # (n, V), fp32: the KL is sensitive to the tail
     top1 = logits.argmax(-1)
     if compact_ids is not None:
@@ -106,22 +110,35 @@ def _teacher_chunk(teacher_head, teacher_hidden, compact_ids) -> _TeacherChunk:
         top1 = torch.where(kept.any(-1), kept.int().argmax(-1), -1)
     logp = torch.log_softmax(logits, dim=-1)
     probs = logp.exp()
-    return _TeacherChunk(probs, torch.linalg.vecdot(probs, logp), top1)
+    chunk = _TeacherChunk(probs, torch.linalg.vecdot(probs, logp), top1)
+    if top_k:
+        chunk.top_probs, chunk.top_ids = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        chunk.top_mass = chunk.top_probs.sum(-1)
+    return chunk
 
 
-def _student_step(logits: torch.Tensor, teacher: _TeacherChunk):
-    """KL(p ‖ q) per row, whether the student's top-1 is the teacher's, and dKL/dlogits = q − p, from the student's
-    logits alone (no autograd graph over the (n, V) logits).
+def _student_step(logits: torch.Tensor, teacher: _TeacherChunk, top_k_weight: float = 0.0):
+    """Per row: KL(p ‖ q), the objective (KL + the top-k term), whether the student's top-1 is the teacher's, and
+    d objective / d logits, from the student's logits alone (no autograd graph over the (n, V) logits).
 
     With q = softmax(z) and m = max z: KL = Σ p·log p − Σ p·z + logsumexp(z), and logsumexp(z) = m − log max q
-    exactly. Top-1 agreement: the student's logit at the teacher's top-1 is its maximum."""
+    exactly; dKL/dz = q − p. HASS's top-k distillation adds w · (−Σ_{j ∈ top-k(p)} p_j log q_j), whose gradient is
+    w · (P_k·q − p restricted to the top k), P_k their total probability. Top-1 agreement: the student's logit at
+    the teacher's top-1 is its maximum."""
     z = _as_float(logits.detach())
     q = torch.softmax(z, dim=-1)  # (n, V|K)
     top = z.amax(-1)
-    kl = teacher.neg_entropy - torch.linalg.vecdot(teacher.probs, z) + top - q.amax(-1).log()
+    lse = top - q.amax(-1).log()
+    kl = teacher.neg_entropy - torch.linalg.vecdot(teacher.probs, z) + lse
     at_teacher = z.gather(-1, teacher.top1_local.clamp(min=0)[:, None]).squeeze(-1)
     hit = (teacher.top1_local >= 0) & (at_teacher >= top)
-    return kl, hit, q.sub_(teacher.probs)
+    if not top_k_weight or teacher.top_ids is None:
+        return kl, kl, hit, q.sub_(teacher.probs)
+    top_logq = z.gather(-1, teacher.top_ids) - lse[:, None]  # (n, k)
+    objective = kl - top_k_weight * (teacher.top_probs * top_logq).sum(-1)
+    grad = q.mul_(1 + top_k_weight * teacher.top_mass[:, None]).sub_(teacher.probs)
+    grad.scatter_add_(-1, teacher.top_ids, teacher.top_probs * -top_k_weight)
+    return kl, objective, hit, grad
 
 
 class _FusedHeadKL(torch.autograd.Function):
@@ -143,6 +160,8 @@ class _FusedHeadKL(torch.autograd.Function):
         teacher_head,
         compact_ids,
         chunk_size,
+        top_k,
+        top_k_weight,
         *params,
     ):
         num_steps, num_rows = valid.shape
@@ -151,12 +170,13 @@ class _FusedHeadKL(torch.autograd.Function):
         grad_hidden = torch.zeros_like(student_hidden)
         grad_params = [torch.zeros_like(p) for p in params]
         kl_sum = torch.zeros(num_steps, dtype=torch.float32, device=student_hidden.device)
+        objective_sum = torch.zeros_like(kl_sum)
         correct = torch.zeros(num_steps, dtype=torch.long, device=student_hidden.device)
         for start in range(0, num_rows, chunk_size):
             rows = slice(start, start + chunk_size)
             if not valid[:, rows].any():
                 continue
-            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
+            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids, top_k)
             for k in range(num_steps):
                 keep = valid[k, rows]  # (n,) rows of this chunk with a loss at step k
                 if not keep.any():
@@ -164,7 +184,7 @@ class _FusedHeadKL(torch.autograd.Function):
                 with torch.enable_grad():
                     hidden = student_hidden[k, rows].detach().requires_grad_(True)  # (n, d)
                     logits = student_head(hidden)  # (n, V|K)
-                kl, hit, grad = _student_step(logits, teacher)
+                kl, objective, hit, grad = _student_step(logits, teacher, top_k_weight)
                 if not keep.all():
                     grad[~keep] = 0
                 grads = torch.autograd.grad(logits, [hidden, *params], grad.to(logits.dtype), allow_unused=True)
@@ -173,10 +193,11 @@ class _FusedHeadKL(torch.autograd.Function):
                     if g is not None:
                         acc.add_(g, alpha=float(scale[k]))
                 kl_sum[k] += kl.detach().float().masked_fill(~keep, 0).sum()
+                objective_sum[k] += objective.detach().float().masked_fill(~keep, 0).sum()
                 correct[k] += (hit & keep).sum()
         ctx.save_for_backward(grad_hidden, *grad_params)
         step_kl = kl_sum / counts.clamp(min=1)
-        loss = (step_kl * weights.to(step_kl.device)).sum()
+        loss = (objective_sum / counts.clamp(min=1) * weights.to(step_kl.device)).sum()
         ctx.mark_non_differentiable(step_kl, correct, counts)
         return loss, step_kl, correct, counts
 
@@ -185,13 +206,7 @@ class _FusedHeadKL(torch.autograd.Function):
         grad_hidden, *grad_params = ctx.saved_tensors
         return (
             grad_hidden * grad_loss.to(grad_hidden.dtype),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
+            *[None] * 9,  # teacher_hidden, valid, weights, student_head, teacher_head, compact_ids, chunk_size, top_k…
             *[g * grad_loss.to(g.dtype) for g in grad_params],
         )
 
@@ -206,6 +221,8 @@ def ttt_kl_loss(
     chunk_size: int = 256,
     params: Sequence[torch.Tensor] = (),
     compact_ids: torch.Tensor | None = None,
+    top_k: int = 0,
+    top_k_weight: float = 1.0,
 ) -> TTTLossOutput:
     """Σ_k weights[k] · mean over valid rows of KL(p_teacher ‖ q_student), computed chunk by chunk.
 
@@ -220,6 +237,8 @@ def ttt_kl_loss(
         params: the parameters `student_head` uses that should receive gradients.
         compact_ids: (K,) the kept token ids of a trimmed head; the teacher is renormalised over them and top-1
             agreement compares the student's kept token with the teacher's full-vocabulary top-1.
+        top_k, top_k_weight: with `top_k` > 0, HASS's top-k distillation term `top_k_weight · (−Σ_{j ∈ top-k(p)}
+            p_j log q_j)` is added to each row's KL in the loss (`step_kl` still reports the KL alone).
     """
     if student_hidden.dim() != 3 or valid.shape != student_hidden.shape[:2]:
         raise ValueError(
@@ -243,6 +262,8 @@ def ttt_kl_loss(
             teacher_head,
             compact_ids,
             chunk_size,
+            top_k,
+            top_k_weight if top_k else 0.0,
             *params,
         )
         return TTTLossOutput(loss, step_kl, correct, counts)
@@ -250,21 +271,25 @@ def ttt_kl_loss(
         num_steps, num_rows = valid.shape
         counts = valid.sum(-1)
         kl_sum = torch.zeros(num_steps, dtype=torch.float32, device=student_hidden.device)
+        objective_sum = torch.zeros_like(kl_sum)
         correct = torch.zeros(num_steps, dtype=torch.long, device=student_hidden.device)
+        top_k_weight = top_k_weight if top_k else 0.0
         for start in range(0, num_rows, chunk_size):
             rows = slice(start, start + chunk_size)
             if not valid[:, rows].any():
                 continue
-            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids)
+            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids, top_k)
             for k in range(num_steps):
                 keep = valid[k, rows]
                 if not keep.any():
                     continue
-                kl, hit, _ = _student_step(student_head(student_hidden[k, rows]), teacher)
+                kl, objective, hit, _ = _student_step(student_head(student_hidden[k, rows]), teacher, top_k_weight)
                 kl_sum[k] += kl.float().masked_fill(~keep, 0).sum()
+                objective_sum[k] += objective.float().masked_fill(~keep, 0).sum()
                 correct[k] += (hit & keep).sum()
         step_kl = kl_sum / counts.clamp(min=1)
-        return TTTLossOutput((step_kl * weights.to(step_kl.device)).sum(), step_kl, correct, counts)
+        loss = (objective_sum / counts.clamp(min=1) * weights.to(step_kl.device)).sum()
+        return TTTLossOutput(loss, step_kl, correct, counts)
 
 
 __all__ = ["effective_chunk_size", "forward_kl", "step_weights", "ttt_targets", "ttt_kl_loss", "TTTLossOutput"]

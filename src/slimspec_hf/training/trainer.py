@@ -30,7 +30,7 @@ from .callbacks import TimeLimitCallback
 from .config import SlimSpecConfig
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
-from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head
+from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head, initialise_layer_from_target
 from .losses import effective_chunk_size, step_weights, ttt_kl_loss, ttt_targets
 from .model_card import write_model_card
 
@@ -62,6 +62,7 @@ class SlimSpecTTTModel(nn.Module):
         object.__setattr__(self, "_teacher_head", teacher_head)
         self.ttt_steps = args.ttt_steps
         self.kl_chunk_size = args.kl_chunk_size
+        self.distill_top_k, self.distill_top_k_weight = args.distill_top_k, args.distill_top_k_weight
         self.register_buffer("step_weights", step_weights(args.ttt_steps, args.step_loss_decay), persistent=False)
 
     @property
@@ -112,6 +113,8 @@ class SlimSpecTTTModel(nn.Module):
             chunk_size=effective_chunk_size(self.kl_chunk_size, self._teacher_head.weight.shape[0], teacher.device),
             params=params,
             compact_ids=compact_ids,
+            top_k=self.distill_top_k,
+            top_k_weight=self.distill_top_k_weight,
         )
 
 
@@ -174,7 +177,10 @@ class SlimSpecTrainer(Trainer):
         target.eval().requires_grad_(False)
         self.target = target
 
-        # Datasets: tokenise conversations with the target's chat template.
+        # Datasets: tokenise conversations with the target's chat template. A conversation of the evaluation set
+        # (same `id`) is never trained on: the drafter is measured on conversations it has not seen.
+        if train_dataset is not None and eval_dataset is not None:
+            train_dataset = drop_eval_conversations(train_dataset, eval_dataset)
         if train_dataset is not None:
             train_dataset = prepare_dataset(train_dataset, processing_class, args.max_length, args.dataset_num_proc)
             if args.max_samples is not None:
@@ -197,6 +203,12 @@ class SlimSpecTrainer(Trainer):
         if model is None:
             model = build_drafter(target, args)
             initialise_head(model, target, args, train_dataset)
+            if args.layer_init == "target_last_layer":
+                initialise_layer_from_target(model, target)
+        elif args.layer_init != "random":
+            logger.warning(
+                "`layer_init=%r` applies to a new drafter; the given drafter keeps its weights.", args.layer_init
+            )
         if not isinstance(model, SlimSpecDrafterForCausalLM):
             raise TypeError(f"`model` must be a SlimSpecDrafterForCausalLM (or a path), got {type(model).__name__}.")
         validate_pairing(model, target)
@@ -389,6 +401,19 @@ class SlimSpecTrainer(Trainer):
             )
 
 
+def drop_eval_conversations(train_dataset, eval_dataset):
+    """`train_dataset` without the conversations whose `id` is also in `eval_dataset` (unchanged without ids)."""
+    if "id" not in train_dataset.column_names or "id" not in eval_dataset.column_names:
+        return train_dataset
+    held_out = set(eval_dataset["id"])
+    kept = train_dataset.filter(lambda row: row["id"] not in held_out, desc="Dropping evaluation conversations")
+    if len(kept) < len(train_dataset):
+        logger.info(
+            "Dropped %d training conversations that are in the evaluation set.", len(train_dataset) - len(kept)
+        )
+    return kept
+
+
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
     """Refuses an output dir that already holds a run, unless told to overwrite (or resume)."""
     path = Path(output_dir)
@@ -406,4 +431,5 @@ __all__ = [
     "SlimSpecTrainer",
     "SlimSpecTTTModel",
     "check_output_dir",
+    "drop_eval_conversations",
 ]
