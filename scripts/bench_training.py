@@ -42,6 +42,7 @@ DEFAULTS = {
     "disable_tqdm": True,
     "seed": 0,
     "data_seed": 0,
+    "per_device_eval_batch_size": 4,
 }
 
 
@@ -70,13 +71,20 @@ def run(name: str, steps: int, record: str, overrides: list[str]) -> dict:
         settings[key] = _convert(fields[key], value)
     settings.update(max_steps=steps, output_dir=f"/tmp/slimspec-bench-training/{name}", overwrite_output_dir=True)
     dataset = load_training_dataset(settings.pop("dataset_path"))
-    trainer = SlimSpecTrainer(args=SlimSpecConfig(**settings), train_dataset=dataset)
+    eval_path = settings.pop("eval_dataset_path", None)
+    eval_dataset = load_training_dataset(eval_path) if eval_path else None
+    trainer = SlimSpecTrainer(args=SlimSpecConfig(**settings), train_dataset=dataset, eval_dataset=eval_dataset)
     if trainer.args.features == "offline":
         trainer.cache_features()
     start = time.perf_counter()
-    trainer.train()
+    if steps > 0:  # 0: evaluate the drafter as it is
+        trainer.train()
     train_s = time.perf_counter() - start
-    logs = [h for h in trainer.state.log_history if "acc_0" in h]
+    evaluation = {}
+    if eval_dataset is not None:  # teacher-forced on conversations the run never trained on
+        metrics = trainer.evaluate()
+        evaluation = {k[5:]: round(v, 4) for k, v in metrics.items() if k.startswith(("eval_acc_", "eval_kl_"))}
+    logs = [h for h in trainer.state.log_history if "acc_0" in h and "eval_acc_0" not in h]
     tokens = sum(h["num_tokens"] for h in logs)
     import torch
 
@@ -88,8 +96,9 @@ def run(name: str, steps: int, record: str, overrides: list[str]) -> dict:
         "steps": steps,
         "train_s": round(train_s, 1),
         "tokens": tokens,
-        "tokens_per_s": round(tokens / train_s, 1),
+        "tokens_per_s": round(tokens / train_s, 1) if tokens else 0.0,
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "eval": evaluation,
         "curve": [{"loss": h["loss"], "kl_0": h["kl_0"], "acc_0": h["acc_0"]} for h in logs],
     }
     with open(record, "a") as f:
@@ -102,12 +111,14 @@ def table(record: str) -> None:
     runs = [json.loads(line) for line in open(record) if line.strip()]
     if not runs:
         sys.exit(f"bench_training.py: error: {record} holds no runs.")
-    base = runs[0]["tokens_per_s"]
-    print("| run | settings | threads | steps | tokens | train s | tokens/s | × first | kl_0 first→last | "
-          "acc_0 first→last | mean kl_0 (all steps) |")
+    base = runs[0]["tokens_per_s"] or 1.0
+    print(
+        "| run | settings | threads | steps | tokens | train s | tokens/s | × first | kl_0 first→last | "
+        "acc_0 first→last | mean kl_0 (all steps) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for r in runs:
-        c = r["curve"]
+        c = r["curve"] or [{"kl_0": float("nan"), "acc_0": float("nan")}]
         settings = " ".join(f"{k}={v}" for k, v in r["settings"].items() if k != "output_dir") or "(defaults)"
         mean_kl = sum(p["kl_0"] for p in c) / max(len(c), 1)
         print(
@@ -115,8 +126,17 @@ def table(record: str) -> None:
             f"{r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {c[0]['kl_0']:.3f}→{c[-1]['kl_0']:.3f} | "
             f"{c[0]['acc_0']:.3f}→{c[-1]['acc_0']:.3f} | {mean_kl:.3f} |"
         )
+    evaluated = [r for r in runs if r.get("eval")]
+    if evaluated:
+        steps = sorted({k[4:] for r in evaluated for k in r["eval"] if k.startswith("acc_")}, key=int)
+        print("\nHeld-out, teacher-forced (top-1 agreement with the target at TTT step k; KL at step 0):")
+        print("| run | " + " | ".join(f"acc_{k}" for k in steps) + " | kl_0 |")
+        print("|---|" + "---:|" * (len(steps) + 1))
+        for r in evaluated:
+            accs = " | ".join(f"{r['eval'].get(f'acc_{k}', float('nan')):.4f}" for k in steps)
+            print(f"| {r['name']} | {accs} | {r['eval'].get('kl_0', float('nan')):.3f} |")
     print("\nPer-step kl_0 (same batches in every run):")
-    for r in runs:
+    for r in (r for r in runs if r["curve"]):
         print(f"  {r['name']:>12}: " + " ".join(f"{p['kl_0']:.3f}" for p in r["curve"]))
 
 
