@@ -507,3 +507,18 @@ def test_evaluation_conversations_are_not_trained_on():
     assert drop_eval_conversations(train, held_out)["id"] == ["c0", "c2", "c4"]
     no_ids = datasets.Dataset.from_list([{"input_ids": [1]}])
     assert len(drop_eval_conversations(train, no_ids)) == 5
+
+
+def test_layer_init_auto_falls_back_where_the_target_does_not_fit(tmp_path):
+    from slimspec_hf.training.head_init import initialise_layer_from_target
+
+    target = peaked_target()
+    drafter = SlimSpecTrainer(args=tiny_args(tmp_path, max_steps=1), target=target, train_dataset=tiny_rows(4)).drafter
+    torch.testing.assert_close(drafter.norm.weight, target.model.norm.weight)  # auto: the target's layer
+    mlp = target.model.layers[-1].mlp
+    del mlp.gate_proj  # a last layer without a dense gate (as in a MoE target)
+    before = drafter.layer.self_attn.q_proj.weight.clone()
+    assert initialise_layer_from_target(drafter, target, strict=False) is False
+    torch.testing.assert_close(drafter.layer.self_attn.q_proj.weight, before)  # nothing half-written
+    with pytest.raises(ValueError, match="layer_init='random'"):
+        initialise_layer_from_target(drafter, target, strict=True)

@@ -12,7 +12,7 @@ from ..configuration_slimspec import HEAD_TYPES
 
 # The one list of head initialisations (`slimspec convert` offers those that need no training data).
 HEAD_INITS = ("random", "svd", "activation_svd")
-LAYER_INITS = ("random", "target_last_layer")
+LAYER_INITS = ("auto", "target_last_layer", "random")
 FEATURE_MODES = ("online", "offline")
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -144,12 +144,14 @@ class SlimSpecConfig(TrainingArguments):
         metadata={"help": "Assistant positions whose final hidden states estimate C for `activation_svd`."},
     )
     layer_init: Literal[LAYER_INITS] = field(
-        default="random",
+        default="auto",
         metadata=_card(
-            help="Initialisation of a new drafter's decoder layer: `random`, or `target_last_layer` (the target's "
-            "last decoder layer: the hidden-state half of q/k/v from its projections, the embedding half zero; "
-            "o_proj, MLP and norms copied; `fc` passes the deepest fused target layer through; the final norm is "
-            "the target's).",
+            help="Initialisation of a new drafter's decoder layer: `target_last_layer` (the target's last decoder "
+            "layer: the hidden-state half of q/k/v from its projections, the embedding half zero; o_proj, MLP and "
+            "norms copied; `fc` passes the deepest fused target layer through; the final norm is the target's), "
+            "`random`, or `auto` (default): `target_last_layer` where the target's last layer is a dense Llama-style "
+            "layer of the drafter's shapes, else `random`. Measured on SmolLM2 (30 steps from scratch): held-out "
+            "top-1 0.173 vs 0.156 for `random`.",
             choices=list(LAYER_INITS),
         ),
     )

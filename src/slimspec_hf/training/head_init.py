@@ -2,6 +2,7 @@
 """A drafter to train: building it for a target, initialising its head, freezing its backbone, LoRA on it."""
 
 import copy
+import logging
 from typing import Any
 
 import torch
@@ -15,6 +16,8 @@ from .data import SlimSpecDataCollator
 
 # The drafter's backbone layers LoRA adapts: the decoder layer's projections and `fc`, which fuses the target's
 # three layers into the drafter's width.
+logger = logging.getLogger(__name__)
+
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "fc")
 
 
@@ -36,36 +39,36 @@ def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterFor
 
 
 @torch.no_grad()
-def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn.Module) -> None:
-    """Starts the drafter's decoder layer as the target's last one (`layer_init="target_last_layer"`).
+def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn.Module, strict: bool = True) -> bool:
+    """Starts the drafter's decoder layer as the target's last one (`layer_init="target_last_layer"`); returns
+    whether it did.
 
     The layer reads [norm(embedding) ; norm(hidden)] (2d wide): q/k/v get the target's projections on the hidden
     half and zeros on the embedding half; o_proj, the MLP, the post-attention norm and the hidden-state norm (the
     target layer's input norm) are copied, and the drafter's final norm is the target's. `fc` passes the deepest of
     the three fused target layers through unchanged (identity on its block, zeros elsewhere), so that at step 0 the
-    layer starts on the target's own residual stream.
+    layer starts on the target's own residual stream. Where the target's last layer does not fit (another width or
+    head layout, a MoE MLP), raises a ValueError, or with `strict=False` (`layer_init="auto"`) keeps the random
+    initialisation and logs why.
     """
+    try:
+        _copy_last_layer(drafter, target)
+    except (ValueError, AttributeError) as error:
+        if strict:
+            raise ValueError(f"`layer_init='target_last_layer'`: {error}; use layer_init='random'.") from None
+        logger.info("layer_init='auto': a random decoder layer (the target's last layer does not fit: %s)", error)
+        return False
+    return True
+
+
+def _copy_last_layer(drafter: SlimSpecDrafterForCausalLM, target: nn.Module) -> None:
     backbone = getattr(target, target.base_model_prefix, target)
     last = backbone.layers[-1]
     config = drafter.config
     width = config.hidden_size
     if config.target_hidden_size != width:
-        raise ValueError(
-            f"`layer_init='target_last_layer'` needs the drafter as wide as the target ({width} vs "
-            f"{config.target_hidden_size}); use layer_init='random'."
-        )
+        raise ValueError(f"the drafter ({width}) is not as wide as the target ({config.target_hidden_size})")
     layer, attn, source = drafter.layer, drafter.layer.self_attn, last.self_attn
-    for name in ("q_proj", "k_proj", "v_proj"):
-        mine, theirs = getattr(attn, name), getattr(source, name)
-        if mine.weight.shape != (theirs.weight.shape[0], 2 * theirs.weight.shape[1]):
-            raise ValueError(
-                f"`layer_init='target_last_layer'`: the drafter's {name} {tuple(mine.weight.shape)} does not take "
-                f"the target's {tuple(theirs.weight.shape)} (different heads); use layer_init='random'."
-            )
-        mine.weight.zero_()
-        mine.weight[:, width:].copy_(theirs.weight)
-        if mine.bias is not None and theirs.bias is not None:
-            mine.bias.copy_(theirs.bias)
     pairs = [
         (attn.o_proj, source.o_proj),
         (layer.mlp.gate_proj, last.mlp.gate_proj),
@@ -75,16 +78,29 @@ def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn
         (layer.post_attention_layernorm, last.post_attention_layernorm),
         (drafter.norm, backbone.norm),
     ]
+    for name in ("q_proj", "k_proj", "v_proj"):  # check every shape before writing anything
+        mine, theirs = getattr(attn, name), getattr(source, name)
+        if mine.weight.shape != (theirs.weight.shape[0], 2 * theirs.weight.shape[1]):
+            raise ValueError(
+                f"the drafter's {name} {tuple(mine.weight.shape)} does not take the target's "
+                f"{tuple(theirs.weight.shape)}"
+            )
     for mine, theirs in pairs:
         for name, param in mine.named_parameters(recurse=False):
-            source_param = getattr(theirs, name)
-            if param.shape != source_param.shape:
+            if param.shape != getattr(theirs, name).shape:
                 raise ValueError(
-                    f"`layer_init='target_last_layer'`: the drafter's {type(mine).__name__}.{name} "
-                    f"{tuple(param.shape)} differs from the target's {tuple(source_param.shape)}; use "
-                    "layer_init='random'."
+                    f"the drafter's {type(mine).__name__}.{name} {tuple(param.shape)} differs from the target's "
+                    f"{tuple(getattr(theirs, name).shape)}"
                 )
-            param.copy_(source_param.to(param.dtype))
+    for name in ("q_proj", "k_proj", "v_proj"):
+        mine, theirs = getattr(attn, name), getattr(source, name)
+        mine.weight.zero_()
+        mine.weight[:, width:].copy_(theirs.weight)
+        if mine.bias is not None and theirs.bias is not None:
+            mine.bias.copy_(theirs.bias)
+    for mine, theirs in pairs:
+        for name, param in mine.named_parameters(recurse=False):
+            param.copy_(getattr(theirs, name).to(param.dtype))
     deepest = max(range(3), key=lambda i: config.target_layer_ids[i])
     drafter.fc.weight.zero_()
     drafter.fc.weight[:, deepest * width : (deepest + 1) * width].copy_(torch.eye(width))

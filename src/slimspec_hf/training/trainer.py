@@ -203,11 +203,11 @@ class SlimSpecTrainer(Trainer):
         if model is None:
             model = build_drafter(target, args)
             initialise_head(model, target, args, train_dataset)
-            if args.layer_init == "target_last_layer":
-                initialise_layer_from_target(model, target)
-        elif args.layer_init != "random":
+            if args.layer_init != "random":
+                initialise_layer_from_target(model, target, strict=args.layer_init == "target_last_layer")
+        elif args.layer_init == "target_last_layer":
             logger.warning(
-                "`layer_init=%r` applies to a new drafter; the given drafter keeps its weights.", args.layer_init
+                "`layer_init='target_last_layer'` applies to a new drafter; the given one keeps its weights."
             )
         if not isinstance(model, SlimSpecDrafterForCausalLM):
             raise TypeError(f"`model` must be a SlimSpecDrafterForCausalLM (or a path), got {type(model).__name__}.")
