@@ -3,7 +3,7 @@
     # one run per variant (each appends a JSON line to --record); any SlimSpecConfig field can be overridden:
     python scripts/bench_training.py --name today --record runs.jsonl
     python scripts/bench_training.py --name bf16 --record runs.jsonl --bf16 true --target_dtype bfloat16
-    # the table (tokens/s as a ratio to the first run, loss / kl_0 / acc_0 at each logged step):
+    # the table (tokens/s as a ratio to the first run that trained, loss / kl_0 / acc_0 at each logged step):
     python scripts/bench_training.py --table runs.jsonl
 
 Every run trains `--steps` optimiser steps on the same conversations (`--max_samples` drawn with the same seed,
@@ -111,7 +111,7 @@ def table(record: str) -> None:
     runs = [json.loads(line) for line in open(record) if line.strip()]
     if not runs:
         sys.exit(f"bench_training.py: error: {record} holds no runs.")
-    base = runs[0]["tokens_per_s"] or 1.0
+    base = next((r["tokens_per_s"] for r in runs if r["tokens_per_s"]), 1.0)  # the first run that trained
     print(
         "| run | settings | threads | steps | tokens | train s | tokens/s | × first | kl_0 first→last | "
         "acc_0 first→last | mean kl_0 (all steps) |"
