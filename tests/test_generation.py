@@ -667,7 +667,7 @@ def test_same_target_under_another_name_does_not_warn_and_a_warning_points_at_th
 
 
 @pytest.mark.parametrize("head", ["low_rank", "trimmed"])
-def test_tree_with_lookup_grafts_the_lookup_draft_and_stays_identical(head):
+def test_tree_with_lookup_verifies_long_matches_alone_and_stays_identical(head):
     target = make_tiny_target(seed=5)
     drafter = make_drafter_for(target, head)
     sources = set()
@@ -682,8 +682,26 @@ def test_tree_with_lookup_grafts_the_lookup_draft_and_stays_identical(head):
         )  # fmt: skip
         assert out.tolist() == plain.tolist(), seed
         sources |= set(drafter.last_generation_stats.rounds_by_source)
-    assert "drafter+lookup" in sources
+    assert sources == {"drafter", "lookup"}  # every match is trusted: lookup rounds, no drafter call
     with pytest.warns(UserWarning, match="greedy only"):
         target.generate(
             ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=6, draft_lookup=True
         )
+
+
+def test_tree_with_lookup_grafts_short_matches_the_drafter_agrees_with():
+    """Counting target, drafter right but at multiples of 7: a 1-token match whose next token is the drafter's
+    is grafted onto the tree (source drafter+lookup), a longer one (2+) is verified alone (lookup)."""
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    sources = set()
+    for ids in ([[4, 5, 90, 91, 30, 31, 32, 33, 34, 35, 36, 70, 3]], [[20, 21, 22, 60, 25, 26, 27, 28, 29, 9, 19]]):
+        ids = torch.tensor(ids)
+        plain = target.generate(ids, max_new_tokens=20, do_sample=False)
+        out = target.generate(
+            ids, max_new_tokens=20, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
+            draft_lookup=True, draft_lookup_min_ngram=2,
+        )  # fmt: skip
+        assert out.tolist() == plain.tolist()
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+    assert {"drafter+lookup", "lookup"} <= sources, sources

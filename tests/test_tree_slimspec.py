@@ -119,6 +119,85 @@ def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
         assert drafter.last_generation_stats.acceptance_length > 2.5, tree
 
 
+def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeypatch):
+    """The target's LM head covers the root + the best-scored path first; a walk that takes a runner-up child gets
+    that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
+    from slimspec_hf import tree_slimspec
+
+    target = make_tiny_target(seed=7)
+    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
+    drafter = OracleDrafter(config).eval().attach_target(target)  # runner-up right at multiples of 5: misses
+    batches, verified = [], []
+    compute = tree_slimspec._TargetRows._compute
+
+    def counting(self, node):
+        compute(self, node)
+        batches.append((node == _ROOT, self.batches[-1]))
+        if node == _ROOT:
+            verified.append(len(self.rows))
+
+    monkeypatch.setattr(tree_slimspec._TargetRows, "_compute", counting)
+    ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+    drafter.reference = plain[0].tolist()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    firsts = [n for root, n in batches if root]
+    assert firsts and all(n <= 1 + 4 + 3 for n in firsts)  # root + 4 children + a path below
+    assert any(not root for root, _ in batches)  # some walks left the likely path
+    assert sum(n for _, n in batches) < sum(verified)  # fewer LM-head rows than verified rows
+
+    monkeypatch.setattr(tree_slimspec, "_plain_lm_head", lambda target: None)  # all rows through the target
+    batches.clear()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    assert not batches
+
+
+def test_targets_with_logit_transforms_keep_their_own_forward():
+    from slimspec_hf.tree_slimspec import _plain_lm_head
+
+    target = make_tiny_target(seed=1)
+    assert _plain_lm_head(target) is target.lm_head
+    target.config.final_logit_softcapping = 30.0
+    assert _plain_lm_head(target) is None
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_processors_run_per_level_in_one_batch_or_row_by_row(batched, monkeypatch):
+    """Row-wise processors (repetition penalty, no-repeat n-grams, min length) see a level's frontier as one batch;
+    any other processor one row at a time. Both are plain greedy, scores included."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from slimspec_hf import tree_slimspec
+
+    class Shift(LogitsProcessor):  # not on the row-wise list: must see a batch of 1
+        def __call__(self, input_ids, scores):
+            assert input_ids.shape[0] == 1
+            return scores + 0.01 * (input_ids[:, -1:] % 3)
+
+    calls = []
+    process = tree_slimspec._TreeDecoder.process
+    monkeypatch.setattr(
+        tree_slimspec._TreeDecoder, "process", lambda self, ids, x: calls.append(ids.shape[0]) or process(self, ids, x)
+    )
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, "low_rank")
+    kwargs = dict(max_new_tokens=20, do_sample=False, repetition_penalty=1.3, no_repeat_ngram_size=3, min_length=12)
+    kwargs.update(return_dict_in_generate=True, output_scores=True)
+    if not batched:
+        kwargs["logits_processor"] = LogitsProcessorList([Shift()])
+    ids = torch.tensor([[7, 8, 9, 10, 7, 8]])
+    plain = target.generate(ids, **kwargs)
+    fast = tree_generate(target, ids, drafter, (16, 4, 4), **kwargs)
+    assert fast.sequences.tolist() == plain.sequences.tolist()
+    for a, b in zip(fast.scores, plain.scores):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert (max(calls) > 1) == batched
+
+
 def test_statistics_of_an_always_right_drafter():
     target = make_counting_target()
     drafter = make_counting_drafter(target)
