@@ -148,6 +148,20 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     assert any(not root for root, _ in batches)  # some walks left the likely path
     assert sum(n for _, n in batches) < sum(verified)  # fewer LM-head rows than verified rows
 
+    init = tree_slimspec._TreeDecoder.__init__
+
+    def eager_head(self, *args):  # as for a half-precision target: every row in one batch
+        init(self, *args)
+        self.lazy_head = False
+
+    monkeypatch.setattr(tree_slimspec._TreeDecoder, "__init__", eager_head)
+    batches.clear()
+    verified.clear()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    assert [n for _, n in batches] == verified  # one batch per round, all rows
+
     monkeypatch.setattr(tree_slimspec, "_plain_lm_head", lambda target: None)  # all rows through the target
     batches.clear()
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (

@@ -99,13 +99,18 @@ def _check_tree_settings(tree_size, tree_depth, tree_top_k) -> tuple[int, int, i
 
 
 def _compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
-    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order)."""
+    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
+
+    The kept rows move down in place and the layer keeps a view of the front: no copy of the whole cache (the next
+    forward's `torch.cat` makes it contiguous again)."""
+    end = start + keep.numel()
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", False):
             continue
         index = keep.to(layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.index_select(2, index)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :start], layer.values.index_select(2, index)], dim=2)
+        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
+        layer.values[:, :, start:end] = layer.values.index_select(2, index)
+        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
 
 
 def _check_cache(cache) -> None:
@@ -153,12 +158,14 @@ class _TargetRows:
     """The target's logits of one round's verified rows (row 0 the root, row i the i-th verified node), computed
     when the walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be on the
     accepted path. The first batch is the root, its children and the likeliest path below (the best-scored child
-    at every step); a walk that leaves it computes the rest of the subtree it entered in one more batch.
+    at every step); a walk that leaves it computes the rest of the subtree it entered in one more batch. `lazy=False`
+    (a head bound by reading its weights): every row in the first batch.
     `head=None`: `logits` holds every row already (a target whose logits are more than its LM head applied to the
     last hidden state)."""
 
-    def __init__(self, tree: _Round, kept: list[int], head, hidden: torch.Tensor | None, logits=None):
+    def __init__(self, tree: _Round, kept: list[int], head, hidden: torch.Tensor | None, logits=None, lazy=True):
         self.tree, self.head, self.hidden = tree, head, hidden  # hidden: (1, n, d) final hidden states
+        self.lazy = lazy  # False: every row in the first batch
         self.rows = {_ROOT: 0, **{node: i + 1 for i, node in enumerate(kept)}}
         self.children: dict[int, list[int]] = {}
         for node in kept:  # parents come before children
@@ -173,7 +180,9 @@ class _TargetRows:
         return self.logits[node]
 
     def _compute(self, node: int) -> None:
-        if node == _ROOT:  # the root, all its children (where most walks leave a single path), the best path
+        if node == _ROOT and not self.lazy:
+            nodes = list(self.rows)
+        elif node == _ROOT:  # the root, all its children (where most walks leave a single path), the best path
             nodes = [_ROOT, *self.children.get(_ROOT, [])]
             below = self.children.get(_ROOT)
             while below:
@@ -205,6 +214,11 @@ class _TreeDecoder:
         self.max_length = generation_config.max_length
         self.row_wise = self.processors is not None and all(map(_is_row_wise, self.processors))
         self.head = _plain_lm_head(target)
+        # Rows on demand pay where the LM head is bound by arithmetic (fp32 on a CPU); where reading its weights
+        # dominates (half precision, accelerators) a few more rows cost less than a second pass over them.
+        self.lazy_head = (
+            self.head is not None and self.head.weight.dtype == torch.float32 and target.device.type == "cpu"
+        )
         from .modeling_slimspec import SlimSpecDrafterCache  # lazy, as in generation_slimspec: no import cycle
 
         self.cache = SlimSpecDrafterCache()
@@ -366,7 +380,7 @@ class _TreeDecoder:
             out = target(**inputs, logits_to_keep=0)
             return out.hidden_states, _TargetRows(tree, kept, None, None, out.logits)
         out = getattr(target, target.base_model_prefix)(**inputs)  # the decoder layers; the LM head runs in the walk
-        return out.hidden_states, _TargetRows(tree, kept, self.head, out.last_hidden_state)
+        return out.hidden_states, _TargetRows(tree, kept, self.head, out.last_hidden_state, lazy=self.lazy_head)
 
     def walk(self, input_ids, tree: _Round, logits: _TargetRows):
         """The accepted path (node ids), the token after it, and the raw and processed target logits used."""
