@@ -8,7 +8,8 @@ prompt, interleaved prompt by prompt, greedy, one thread. Systems (all with the 
 `target` alone; `kN` a chain of N (`draft_lookup=False`); `hkN` hybrid with lookup at k = N (`draft_lookup=True`);
 `hyb` the drafter's own defaults; `hyb_m1`/`hyb_m2`/`hyb_m3` hybrid trusting 1/2/3-token matches; `hyb_noext`
 without extending chains by lookup; `tree8`/`tree16` dynamic trees 8/3/4 and 16/4/4, `htree8`/`htree16` the same with
-the lookup draft grafted on; `pld` transformers' prompt lookup (`prompt_lookup_num_tokens=10`).
+the lookup draft grafted on; `tree:S/D/K`, `htree:S/D/K` any tree shape; `pld` transformers' prompt lookup
+(`prompt_lookup_num_tokens=10`).
 
 `--tree-baseline REV` also runs every tree system with `tree_slimspec.py` as of git revision REV (rows NAME@REV), in
 the same run, for before/after comparisons of the tree decoder.
@@ -84,6 +85,12 @@ def main() -> None:
         systems[f"tree{size}"] = {"assistant_model": drafter, "draft_lookup": False, **tree}
         systems[f"htree{size}"] = {"assistant_model": drafter, "draft_lookup": True, **tree}
     names = args.systems.split(",")
+    for name in names:  # any tree shape: tree:S/D/K, htree:S/D/K
+        kind, _, shape = name.partition(":")
+        if kind in ("tree", "htree") and shape.count("/") == 2:
+            size, depth, top_k = map(int, shape.split("/"))
+            tree = {"draft_tree_size": size, "draft_tree_depth": depth, "draft_tree_top_k": top_k}
+            systems[name] = {"assistant_model": drafter, "draft_lookup": kind == "htree", **tree}
     decoders = {}  # system -> tree_decoding to run it with (default: the installed one)
     if args.tree_baseline:
         baseline = _tree_decoding_at(args.tree_baseline)
