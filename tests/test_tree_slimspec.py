@@ -56,7 +56,7 @@ def test_greedy_identity_random_drafter(head):
     for i in range(12):
         ids = torch.randint(0, 128, (1, 3 + i % 9), generator=generator)
         plain = target.generate(ids, max_new_tokens=8 + i, do_sample=False)
-        for tree in TREES[:2]:
+        for tree in [*TREES[:2], (4, 1, 4)]:  # depth 1: the root's children only, no drafter level forward
             fast = tree_generate(target, ids, drafter, tree, max_new_tokens=8 + i, do_sample=False)
             assert fast.tolist() == plain.tolist(), (i, tree)
             assert drafter.last_generation_stats.rounds > 0
@@ -447,3 +447,11 @@ def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
         fast = tree_generate(model, inputs["input_ids"], drafter, tree, max_new_tokens=40, do_sample=False)
         assert fast.tolist() == plain.tolist(), question
         assert drafter.last_generation_stats.acceptance_length > 1.2
+    # the hybrid one-level tree (4/1/4 with prompt lookup: lookup rounds, grafts) through generate()
+    messages = [{"role": "user", "content": "Repeat twice: the quick brown fox jumps over the lazy dog."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    plain = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    hybrid = {"draft_tree_size": 4, "draft_tree_depth": 1, "draft_tree_top_k": 4, "draft_lookup": True}
+    fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, **hybrid)
+    assert fast.tolist() == plain.tolist()
+    assert "lookup" in drafter.last_generation_stats.rounds_by_source
