@@ -429,6 +429,50 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     assert stat > CHI2_999[dof - 1], stat
 
 
+# -- prompt lookup with trees -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", ["low_rank", "trimmed"])
+def test_tree_with_lookup_verifies_long_matches_alone_and_stays_identical(head):
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, head)
+    sources = set()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        ids = torch.randint(0, target.config.vocab_size, (1, 5))
+        ids = torch.cat([ids, ids, ids[:, :3]], dim=-1)  # repeated text: lookup drafts exist
+        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+        out = target.generate(
+            ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
+            draft_lookup=True, draft_lookup_min_ngram=1,
+        )  # fmt: skip
+        assert out.tolist() == plain.tolist(), seed
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+    assert sources == {"drafter", "lookup"}  # every match is trusted: lookup rounds, no drafter call
+    with pytest.warns(UserWarning, match="greedy only"):
+        target.generate(
+            ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=6, draft_lookup=True
+        )
+
+
+def test_tree_with_lookup_grafts_short_matches_the_drafter_agrees_with():
+    """Counting target, drafter right but at multiples of 7: a 1-token match whose next token is the drafter's
+    is grafted onto the tree (source drafter+lookup), a longer one (2+) is verified alone (lookup)."""
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    sources = set()
+    for ids in ([[4, 5, 90, 91, 30, 31, 32, 33, 34, 35, 36, 70, 3]], [[20, 21, 22, 60, 25, 26, 27, 28, 29, 9, 19]]):
+        ids = torch.tensor(ids)
+        plain = target.generate(ids, max_new_tokens=20, do_sample=False)
+        out = target.generate(
+            ids, max_new_tokens=20, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
+            draft_lookup=True, draft_lookup_min_ngram=2,
+        )  # fmt: skip
+        assert out.tolist() == plain.tolist()
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+    assert {"drafter+lookup", "lookup"} <= sources, sources
+
+
 # -- the real SmolLM2 target with the shipped drafter -----------------------------------------------------------
 
 
