@@ -8,13 +8,50 @@ prompt, interleaved prompt by prompt, greedy, one thread. Systems (all with the 
 `target` alone; `kN` a chain of N (`draft_lookup=False`); `hkN` hybrid with lookup at k = N (`draft_lookup=True`);
 `hyb` the drafter's own defaults; `hyb_m1`/`hyb_m2`/`hyb_m3` hybrid trusting 1/2/3-token matches; `hyb_noext`
 without extending chains by lookup; `tree8`/`tree16` dynamic trees 8/3/4 and 16/4/4, `htree8`/`htree16` the same with
-the lookup draft grafted on; `pld` transformers' prompt lookup (`prompt_lookup_num_tokens=10`).
+the lookup draft grafted on; `tree:S/D/K`, `htree:S/D/K` any tree shape; `pld` transformers' prompt lookup
+(`prompt_lookup_num_tokens=10`).
+
+`--tree-baseline REV` also runs every tree system with `tree_slimspec.py` as of git revision REV (rows NAME@REV), in
+the same run, for before/after comparisons of the tree decoder.
 """
 
 import argparse
+import contextlib
 import json
 
 import torch
+
+
+def _tree_decoding_at(revision: str):
+    """`tree_decoding` of `src/slimspec_hf/tree_slimspec.py` at git `revision`, loaded inside the package (its
+    relative imports resolve to the installed siblings)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    source = subprocess.run(
+        ["git", "show", f"{revision}:src/slimspec_hf/tree_slimspec.py"], check=True, capture_output=True, text=True
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "tree_slimspec_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("slimspec_hf._tree_slimspec_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tree_decoding
+
+
+@contextlib.contextmanager
+def _tree_decoder(decoding):
+    """Routes `generate()`'s tree decoding to `decoding` (the hook imports `tree_decoding` at each call)."""
+    import slimspec_hf.tree_slimspec as tree_module
+
+    installed = tree_module.tree_decoding
+    tree_module.tree_decoding = decoding or installed
+    try:
+        yield
+    finally:
+        tree_module.tree_decoding = installed
 
 
 def main() -> None:
@@ -25,6 +62,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--systems", default="target,k1,k2,k3,hk1,pld")
     parser.add_argument("--drafter", default=None, help="default: the shipped embedded drafter")
+    parser.add_argument("--tree-baseline", default=None, metavar="REV", help="also run trees as of git revision REV")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -47,6 +85,19 @@ def main() -> None:
         systems[f"tree{size}"] = {"assistant_model": drafter, "draft_lookup": False, **tree}
         systems[f"htree{size}"] = {"assistant_model": drafter, "draft_lookup": True, **tree}
     names = args.systems.split(",")
+    for name in names:  # any tree shape: tree:S/D/K, htree:S/D/K
+        kind, _, shape = name.partition(":")
+        if kind in ("tree", "htree") and shape.count("/") == 2:
+            size, depth, top_k = map(int, shape.split("/"))
+            tree = {"draft_tree_size": size, "draft_tree_depth": depth, "draft_tree_top_k": top_k}
+            systems[name] = {"assistant_model": drafter, "draft_lookup": kind == "htree", **tree}
+    decoders = {}  # system -> tree_decoding to run it with (default: the installed one)
+    if args.tree_baseline:
+        baseline = _tree_decoding_at(args.tree_baseline)
+        for name in [n for n in names if "tree" in n]:
+            systems[f"{name}@{args.tree_baseline}"] = systems[name]
+            decoders[f"{name}@{args.tree_baseline}"] = baseline
+            names.insert(names.index(name) + 1, f"{name}@{args.tree_baseline}")
     unknown = [n for n in names if n not in systems]
     if unknown or "target" not in names:
         raise SystemExit(f"--systems: unknown {unknown} (or no `target`); choose from {sorted(systems)}")
@@ -64,7 +115,7 @@ def main() -> None:
         for prompt in prompts:
             inputs = encode_prompt(tokenizer, prompt, target.device)
             for name in names:
-                with torch.inference_mode(), Timer(target.device) as timer:
+                with torch.inference_mode(), _tree_decoder(decoders.get(name)), Timer(target.device) as timer:
                     out = target.generate(
                         **inputs, max_new_tokens=args.max_new_tokens, do_sample=False, **systems[name]
                     )

@@ -664,26 +664,3 @@ def test_same_target_under_another_name_does_not_warn_and_a_warning_points_at_th
     (warning,) = [w for w in caught if "trained for" in str(w.message)]
     assert warning.filename == __file__, warning.filename
     assert "6 layers" in str(warning.message) and "8 layers" in str(warning.message)
-
-
-@pytest.mark.parametrize("head", ["low_rank", "trimmed"])
-def test_tree_with_lookup_grafts_the_lookup_draft_and_stays_identical(head):
-    target = make_tiny_target(seed=5)
-    drafter = make_drafter_for(target, head)
-    sources = set()
-    for seed in range(4):
-        torch.manual_seed(seed)
-        ids = torch.randint(0, target.config.vocab_size, (1, 5))
-        ids = torch.cat([ids, ids, ids[:, :3]], dim=-1)  # repeated text: lookup drafts exist
-        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
-        out = target.generate(
-            ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
-            draft_lookup=True, draft_lookup_min_ngram=1,
-        )  # fmt: skip
-        assert out.tolist() == plain.tolist(), seed
-        sources |= set(drafter.last_generation_stats.rounds_by_source)
-    assert "drafter+lookup" in sources
-    with pytest.warns(UserWarning, match="greedy only"):
-        target.generate(
-            ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=6, draft_lookup=True
-        )

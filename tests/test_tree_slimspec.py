@@ -56,7 +56,7 @@ def test_greedy_identity_random_drafter(head):
     for i in range(12):
         ids = torch.randint(0, 128, (1, 3 + i % 9), generator=generator)
         plain = target.generate(ids, max_new_tokens=8 + i, do_sample=False)
-        for tree in TREES[:2]:
+        for tree in [*TREES[:2], (4, 1, 4)]:  # depth 1: the root's children only, no drafter level forward
             fast = tree_generate(target, ids, drafter, tree, max_new_tokens=8 + i, do_sample=False)
             assert fast.tolist() == plain.tolist(), (i, tree)
             assert drafter.last_generation_stats.rounds > 0
@@ -117,6 +117,99 @@ def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
         drafter.reference = plain[0].tolist()
         assert tree_generate(target, ids, drafter, tree, max_new_tokens=30, do_sample=False).tolist() == plain.tolist()
         assert drafter.last_generation_stats.acceptance_length > 2.5, tree
+
+
+def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeypatch):
+    """The target's LM head covers the root + the best-scored path first; a walk that takes a runner-up child gets
+    that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
+    from slimspec_hf import tree_slimspec
+
+    target = make_tiny_target(seed=7)
+    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
+    drafter = OracleDrafter(config).eval().attach_target(target)  # runner-up right at multiples of 5: misses
+    batches, verified = [], []
+    compute = tree_slimspec._TargetRows._compute
+
+    def counting(self, node):
+        compute(self, node)
+        batches.append((node == _ROOT, self.batches[-1]))
+        if node == _ROOT:
+            verified.append(len(self.rows))
+
+    monkeypatch.setattr(tree_slimspec._TargetRows, "_compute", counting)
+    ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+    drafter.reference = plain[0].tolist()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    firsts = [n for root, n in batches if root]
+    assert firsts and all(n <= 1 + 4 + 3 for n in firsts)  # root + 4 children + a path below
+    assert any(not root for root, _ in batches)  # some walks left the likely path
+    assert sum(n for _, n in batches) < sum(verified)  # fewer LM-head rows than verified rows
+
+    init = tree_slimspec._TreeDecoder.__init__
+
+    def eager_head(self, *args):  # as for a half-precision target: every row in one batch
+        init(self, *args)
+        self.lazy_head = False
+
+    monkeypatch.setattr(tree_slimspec._TreeDecoder, "__init__", eager_head)
+    batches.clear()
+    verified.clear()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    assert [n for _, n in batches] == verified  # one batch per round, all rows
+
+    monkeypatch.setattr(tree_slimspec, "_plain_lm_head", lambda target: None)  # all rows through the target
+    batches.clear()
+    assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
+        plain.tolist()
+    )
+    assert not batches
+
+
+def test_targets_with_logit_transforms_keep_their_own_forward():
+    from slimspec_hf.tree_slimspec import _plain_lm_head
+
+    target = make_tiny_target(seed=1)
+    assert _plain_lm_head(target) is target.lm_head
+    target.config.final_logit_softcapping = 30.0
+    assert _plain_lm_head(target) is None
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_processors_run_per_level_in_one_batch_or_row_by_row(batched, monkeypatch):
+    """Row-wise processors (repetition penalty, no-repeat n-grams, min length) see a level's frontier as one batch;
+    any other processor one row at a time. Both are plain greedy, scores included."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from slimspec_hf import tree_slimspec
+
+    class Shift(LogitsProcessor):  # not on the row-wise list: must see a batch of 1
+        def __call__(self, input_ids, scores):
+            assert input_ids.shape[0] == 1
+            return scores + 0.01 * (input_ids[:, -1:] % 3)
+
+    calls = []
+    process = tree_slimspec._TreeDecoder.process
+    monkeypatch.setattr(
+        tree_slimspec._TreeDecoder, "process", lambda self, ids, x: calls.append(ids.shape[0]) or process(self, ids, x)
+    )
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, "low_rank")
+    kwargs = dict(max_new_tokens=20, do_sample=False, repetition_penalty=1.3, no_repeat_ngram_size=3, min_length=12)
+    kwargs.update(return_dict_in_generate=True, output_scores=True)
+    if not batched:
+        kwargs["logits_processor"] = LogitsProcessorList([Shift()])
+    ids = torch.tensor([[7, 8, 9, 10, 7, 8]])
+    plain = target.generate(ids, **kwargs)
+    fast = tree_generate(target, ids, drafter, (16, 4, 4), **kwargs)
+    assert fast.sequences.tolist() == plain.sequences.tolist()
+    for a, b in zip(fast.scores, plain.scores):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert (max(calls) > 1) == batched
 
 
 def test_statistics_of_an_always_right_drafter():
@@ -336,6 +429,50 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     assert stat > CHI2_999[dof - 1], stat
 
 
+# -- prompt lookup with trees -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", ["low_rank", "trimmed"])
+def test_tree_with_lookup_verifies_long_matches_alone_and_stays_identical(head):
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, head)
+    sources = set()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        ids = torch.randint(0, target.config.vocab_size, (1, 5))
+        ids = torch.cat([ids, ids, ids[:, :3]], dim=-1)  # repeated text: lookup drafts exist
+        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+        out = target.generate(
+            ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
+            draft_lookup=True, draft_lookup_min_ngram=1,
+        )  # fmt: skip
+        assert out.tolist() == plain.tolist(), seed
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+    assert sources == {"drafter", "lookup"}  # every match is trusted: lookup rounds, no drafter call
+    with pytest.warns(UserWarning, match="greedy only"):
+        target.generate(
+            ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=6, draft_lookup=True
+        )
+
+
+def test_tree_with_lookup_grafts_short_matches_the_drafter_agrees_with():
+    """Counting target, drafter right but at multiples of 7: a 1-token match whose next token is the drafter's
+    is grafted onto the tree (source drafter+lookup), a longer one (2+) is verified alone (lookup)."""
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    sources = set()
+    for ids in ([[4, 5, 90, 91, 30, 31, 32, 33, 34, 35, 36, 70, 3]], [[20, 21, 22, 60, 25, 26, 27, 28, 29, 9, 19]]):
+        ids = torch.tensor(ids)
+        plain = target.generate(ids, max_new_tokens=20, do_sample=False)
+        out = target.generate(
+            ids, max_new_tokens=20, do_sample=False, assistant_model=drafter, draft_tree_size=6, draft_tree_depth=2,
+            draft_lookup=True, draft_lookup_min_ngram=2,
+        )  # fmt: skip
+        assert out.tolist() == plain.tolist()
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+    assert {"drafter+lookup", "lookup"} <= sources, sources
+
+
 # -- the real SmolLM2 target with the shipped drafter -----------------------------------------------------------
 
 
@@ -354,3 +491,11 @@ def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
         fast = tree_generate(model, inputs["input_ids"], drafter, tree, max_new_tokens=40, do_sample=False)
         assert fast.tolist() == plain.tolist(), question
         assert drafter.last_generation_stats.acceptance_length > 1.2
+    # the hybrid one-level tree (4/1/4 with prompt lookup: lookup rounds, grafts) through generate()
+    messages = [{"role": "user", "content": "Repeat twice: the quick brown fox jumps over the lazy dog."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    plain = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    hybrid = {"draft_tree_size": 4, "draft_tree_depth": 1, "draft_tree_top_k": 4, "draft_lookup": True}
+    fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, **hybrid)
+    assert fast.tolist() == plain.tolist()
+    assert "lookup" in drafter.last_generation_stats.rounds_by_source

@@ -46,6 +46,49 @@ from .generation_slimspec import SlimSpecGenerationStats, lookup_continuation, v
 
 _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep"}
 _ROOT = -1
+# Processors that treat every row of a batch alike (from the row's own ids and scores): a tree level's frontier goes
+# through them as one batch. Any other processor (built for the batch of 1: classifier-free guidance, watermarks,
+# prefix constraints ...) sees one row at a time.
+_ROW_WISE_PROCESSORS = {
+    "TemperatureLogitsWarper",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
+    "MinPLogitsWarper",
+    "TypicalLogitsWarper",
+    "EpsilonLogitsWarper",
+    "EtaLogitsWarper",
+    "RepetitionPenaltyLogitsProcessor",
+    "NoRepeatNGramLogitsProcessor",
+    "MinLengthLogitsProcessor",
+    "MinNewTokensLengthLogitsProcessor",
+    "SuppressTokensLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor",
+    "InfNanRemoveLogitsProcessor",
+    "LogitNormalization",
+}
+
+
+def _is_row_wise(processor) -> bool:
+    # a repetition penalty that skips each row's own prompt (left padding) holds one length per batch row
+    per_row = isinstance(getattr(processor, "prompt_ignore_length", None), torch.Tensor)
+    return type(processor).__name__ in _ROW_WISE_PROCESSORS and not per_row
+
+
+# Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def _plain_lm_head(target):
+    """The target's LM head when its logits are exactly `head(backbone(...).last_hidden_state)`, else None."""
+    config = target.config.get_text_config(decoder=True)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    head = target.get_output_embeddings()
+    backbone = getattr(target, target.base_model_prefix, None)
+    if not isinstance(head, torch.nn.Linear) or backbone is None or backbone is target:
+        return None
+    return head
 
 
 def _check_tree_settings(tree_size, tree_depth, tree_top_k) -> tuple[int, int, int]:
@@ -56,13 +99,18 @@ def _check_tree_settings(tree_size, tree_depth, tree_top_k) -> tuple[int, int, i
 
 
 def _compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
-    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order)."""
+    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
+
+    The kept rows move down in place and the layer keeps a view of the front: no copy of the whole cache (the next
+    forward's `torch.cat` makes it contiguous again)."""
+    end = start + keep.numel()
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", False):
             continue
         index = keep.to(layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.index_select(2, index)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :start], layer.values.index_select(2, index)], dim=2)
+        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
+        layer.values[:, :, start:end] = layer.values.index_select(2, index)
+        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
 
 
 def _check_cache(cache) -> None:
@@ -106,6 +154,55 @@ class _Round:
         return nodes[::-1]
 
 
+class _TargetRows:
+    """The target's logits of one round's verified rows (row 0 the root, row i the i-th verified node), computed
+    when the walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be on the
+    accepted path. The first batch is the root, its children and the likeliest path below (the best-scored child
+    at every step); a walk that leaves it computes the rest of the subtree it entered in one more batch. `lazy=False`
+    (a head bound by reading its weights): every row in the first batch.
+    `head=None`: `logits` holds every row already (a target whose logits are more than its LM head applied to the
+    last hidden state)."""
+
+    def __init__(self, tree: _Round, kept: list[int], head, hidden: torch.Tensor | None, logits=None, lazy=True):
+        self.tree, self.head, self.hidden = tree, head, hidden  # hidden: (1, n, d) final hidden states
+        self.lazy = lazy  # False: every row in the first batch
+        self.rows = {_ROOT: 0, **{node: i + 1 for i, node in enumerate(kept)}}
+        self.children: dict[int, list[int]] = {}
+        for node in kept:  # parents come before children
+            self.children.setdefault(tree.parent[node], []).append(node)
+        self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
+        self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
+
+    def __call__(self, node: int) -> torch.Tensor:
+        """The target's raw logits (1, V) at `node`'s row."""
+        if node not in self.logits:
+            self._compute(node)
+        return self.logits[node]
+
+    def _compute(self, node: int) -> None:
+        if node == _ROOT and not self.lazy:
+            nodes = list(self.rows)
+        elif node == _ROOT:  # the root, all its children (where most walks leave a single path), the best path
+            nodes = [_ROOT, *self.children.get(_ROOT, [])]
+            below = self.children.get(_ROOT)
+            while below:
+                best = max(below, key=lambda n: self.tree.score[n])
+                nodes += [] if best in nodes else [best]
+                below = self.children.get(best)
+        else:  # the walk left the first batch: the whole subtree it entered
+            nodes, stack = [], [node]
+            while stack:
+                current = stack.pop()
+                if current not in self.logits:
+                    nodes.append(current)
+                stack.extend(self.children.get(current, ()))
+        index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
+        logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
+        self.batches.append(len(nodes))
+        for i, n in enumerate(nodes):
+            self.logits[n] = logits[:, i]
+
+
 class _TreeDecoder:
     def __init__(self, target, drafter, generation_config, logits_processor, tree_size, tree_depth, tree_top_k):
         self.target = target
@@ -115,6 +212,13 @@ class _TreeDecoder:
         self.do_sample = bool(generation_config.do_sample)
         self.processors = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.max_length = generation_config.max_length
+        self.row_wise = self.processors is not None and all(map(_is_row_wise, self.processors))
+        self.head = _plain_lm_head(target)
+        # Rows on demand pay where the LM head is bound by arithmetic (fp32 on a CPU); where reading its weights
+        # dominates (half precision, accelerators) a few more rows cost less than a second pass over them.
+        self.lazy_head = (
+            self.head is not None and self.head.weight.dtype == torch.float32 and target.device.type == "cpu"
+        )
         from .modeling_slimspec import SlimSpecDrafterCache  # lazy, as in generation_slimspec: no import cycle
 
         self.cache = SlimSpecDrafterCache()
@@ -160,17 +264,17 @@ class _TreeDecoder:
         last_position = positions[committed - 1]
         frontier, logits = [_ROOT], root_logits[None]  # (F, V)
         for level in range(1, max_depth + 1):
-            if (
-                self.processors is not None
-            ):  # row by row: processors are built for the batch of 1 (e.g. prompt lengths)
-                rows = []
-                for f, node in enumerate(frontier):
-                    path = torch.tensor([[tree.token[n] for n in tree.path(node)]], dtype=torch.long)
-                    rows.append(self.process(torch.cat([input_ids, path.to(input_ids.device)], -1), logits[f : f + 1]))
-                logits = torch.cat(rows)
-            logq = torch.log_softmax(logits.float(), dim=-1)  # (F, V)
+            if self.processors is not None:  # each frontier node with its own path (all level - 1 tokens long)
+                paths = torch.tensor([[tree.token[n] for n in tree.path(node)] for node in frontier], dtype=torch.long)
+                ids = torch.cat([input_ids.expand(len(frontier), -1), paths.to(input_ids.device)], -1)  # (F, L)
+                if self.row_wise:
+                    logits = self.process(ids, logits)
+                else:  # processors that hold state for the batch of 1 (e.g. guidance, watermarks): row by row
+                    logits = torch.cat([self.process(ids[f : f + 1], logits[f : f + 1]) for f in range(len(frontier))])
+            logits = logits.float()
             children = []
             if self.do_sample:
+                logq = torch.log_softmax(logits, dim=-1)  # (F, V)
                 q = logq.exp()
                 draws = self.draw_children(q, k)  # (F, k)
                 draw_logq = logq.gather(-1, draws).tolist()
@@ -184,7 +288,8 @@ class _TreeDecoder:
                         sequence.append((x, seen[x]))
                     tree.draws[parent] = sequence
             else:
-                values, tokens = logq.topk(min(k, logq.shape[-1]), dim=-1)
+                values, tokens = logits.topk(min(k, logits.shape[-1]), dim=-1)  # (F, k)
+                values = values - torch.logsumexp(logits, dim=-1, keepdim=True)  # log q of the k best, no (F, V) copy
                 for f, parent in enumerate(frontier):
                     for x, lq in zip(tokens[f].tolist(), values[f].tolist()):
                         if lq > float("-inf"):
@@ -241,7 +346,8 @@ class _TreeDecoder:
 
     # -- target --------------------------------------------------------------------------------------------------
     def verify(self, model_cache, input_ids, tree: _Round, kept, key_mask, positions):
-        """One target forward over the root and the kept nodes with a tree attention mask."""
+        """One target forward over the root and the kept nodes with a tree attention mask; returns the hidden states
+        the drafter reads (`hidden_states`) and the rows' logits, computed as the walk needs them (`_TargetRows`)."""
         target = self.target
         past = model_cache.get_seq_length()
         rows = {_ROOT: 0, **{node: i + 1 for i, node in enumerate(kept)}}
@@ -261,24 +367,27 @@ class _TreeDecoder:
         depths = [0] + [tree.depth[n] for n in kept]
         root_position = int(positions[input_ids.shape[1] - 1])
         device = input_ids.device
-        out = target(
-            input_ids=torch.tensor([tokens], device=device),
-            position_ids=torch.tensor([depths], device=device) + root_position,
-            attention_mask=mask[None, None].to(device),
-            cache=model_cache,
-            use_cache=True,
-            output_hidden_states=self.layer_ids,
-            logits_to_keep=0,
-            return_dict=True,
-        )
-        return out, rows
+        inputs = {
+            "input_ids": torch.tensor([tokens], device=device),
+            "position_ids": torch.tensor([depths], device=device) + root_position,
+            "attention_mask": mask[None, None].to(device),
+            "cache": model_cache,
+            "use_cache": True,
+            "output_hidden_states": self.layer_ids,
+            "return_dict": True,
+        }
+        if self.head is None:
+            out = target(**inputs, logits_to_keep=0)
+            return out.hidden_states, _TargetRows(tree, kept, None, None, out.logits)
+        out = getattr(target, target.base_model_prefix)(**inputs)  # the decoder layers; the LM head runs in the walk
+        return out.hidden_states, _TargetRows(tree, kept, self.head, out.last_hidden_state, lazy=self.lazy_head)
 
-    def walk(self, input_ids, tree: _Round, rows, logits):
+    def walk(self, input_ids, tree: _Round, logits: _TargetRows):
         """The accepted path (node ids), the token after it, and the raw and processed target logits used."""
-        kept = set(rows)
+        kept = logits.rows
         node, path, raw, processed = _ROOT, [], [], []
         children = {}
-        for child in rows:
+        for child in kept:
             if child != _ROOT:
                 children.setdefault(tree.parent[child], {})[tree.token[child]] = child
         while True:
@@ -287,7 +396,7 @@ class _TreeDecoder:
                 prefix = torch.cat(
                     [input_ids, torch.tensor([[tree.token[n] for n in path]], device=input_ids.device)], 1
                 )
-            row_logits = logits[:, rows[node]].float()  # (1, V)
+            row_logits = logits(node).float()  # (1, V)
             scores = self.process(prefix, row_logits.clone())
             raw.append(row_logits)
             processed.append(scores)
@@ -370,10 +479,12 @@ def tree_decoding(
         tree_size (`int`): nodes the target verifies per round (besides the root).
         tree_depth (`int`): drafter levels per round (the longest path that can be accepted).
         tree_top_k (`int`): children per expanded node, and nodes expanded per level.
-        lookup (`tuple`, *optional*): `(min_ngram, max_ngram, num_tokens)` — greedy decoding also grafts prompt
-            lookup's draft (what followed the latest tokens' earlier occurrence, when the match spans ≥ min_ngram
-            tokens) onto the tree as a chain from the root, verified in the same forward. Not applied when sampling
-            (a deterministic branch would need its own place in the multi-draft rule): a warning says so.
+        lookup (`tuple`, *optional*): `(min_ngram, max_ngram, num_tokens)` — hybrid greedy decoding with prompt
+            lookup's draft (what followed the latest tokens' earlier occurrence), as the hybrid chain does: a match
+            spanning ≥ min_ngram tokens is verified alone (no drafter call that round); a shorter one whose first
+            token is the drafter's next token is grafted onto the tree as a chain from the root, verified in the
+            same forward. Not applied when sampling (a deterministic branch would need its own place in the
+            multi-draft rule): a warning says so.
     """
     tree_size, tree_depth, tree_top_k = _check_tree_settings(tree_size, tree_depth, tree_top_k)
     if lookup is not None and generation_config.do_sample:
@@ -465,20 +576,27 @@ def tree_decoding(
     finished = bool(stopping_criteria(input_ids, scores if output_scores else None).all())
 
     while not finished:
-        root_logits, root_state = decoder.commit(input_ids, pending, key_mask, positions)
         budget = decoder.max_length - input_ids.shape[1]  # tokens this round may append (accepted + 1)
-        tree = decoder.draft(
-            input_ids, root_logits, root_state, key_mask, positions, min(decoder.tree_depth, budget - 1)
-        )
-        kept = decoder.keep(tree)
-        source = "drafter"
+        found = None
         if lookup is not None and not decoder.do_sample and budget > 1:
-            min_ngram, max_ngram, num_tokens = lookup
-            found = lookup_continuation(input_ids[0], max_ngram, min(num_tokens, budget - 1))
-            if found is not None and found[1] >= min_ngram:
+            found = lookup_continuation(input_ids[0], lookup[1], min(lookup[2], budget - 1))
+        if found is not None and found[1] >= lookup[0]:
+            # A long match: its continuation alone is verified, with no drafter call (as in the hybrid chain's lookup
+            # rounds); the target features wait in `pending` for the next drafter round.
+            tree, source = _Round(), "lookup"
+            kept = _graft(tree, [], found[0].tolist())
+        else:
+            root_logits, root_state = decoder.commit(input_ids, pending, key_mask, positions)
+            pending = pending[:, :0]
+            tree = decoder.draft(
+                input_ids, root_logits, root_state, key_mask, positions, min(decoder.tree_depth, budget - 1)
+            )
+            kept, source = decoder.keep(tree), "drafter"
+            if found is not None and int(root_logits.argmax()) == int(found[0][0]):
+                # a short match the drafter agrees with: grafted onto the tree (along the drafter's best child)
                 kept, source = _graft(tree, kept, found[0].tolist()), "drafter+lookup"
-        out, rows = decoder.verify(cache, input_ids, tree, kept, key_mask, positions)
-        path, last, round_raw, round_scores = decoder.walk(input_ids, tree, rows, out.logits)
+        hidden_states, logits = decoder.verify(cache, input_ids, tree, kept, key_mask, positions)
+        path, last, round_raw, round_scores = decoder.walk(input_ids, tree, logits)
         new_tokens = [tree.token[n] for n in path] + [last]
         # Stop at the length limit and at the first EOS (the drafter may propose beyond both).
         new_tokens = new_tokens[:budget]
@@ -492,9 +610,10 @@ def tree_decoding(
         depth = max((tree.depth[n] for n in kept), default=0)
         stats.record(source, len(kept), n_accepted, positions=depth)  # per-position lists are per depth
 
-        keep_rows = torch.tensor([0] + [rows[n] for n in path], dtype=torch.long)
-        _compact_cache(cache, cache.get_seq_length() - len(rows), keep_rows)
-        pending = decoder.features(out.hidden_states, keep_rows.to(out.logits.device))
+        keep_rows = torch.tensor([0] + [logits.rows[n] for n in path], dtype=torch.long)
+        _compact_cache(cache, cache.get_seq_length() - len(logits.rows), keep_rows)
+        accepted = decoder.features(hidden_states, keep_rows.to(hidden_states[decoder.layer_ids[0]].device))
+        pending = torch.cat([pending, accepted], dim=1)
         appended = torch.tensor([new_tokens], dtype=input_ids.dtype, device=input_ids.device)
         input_ids = torch.cat([input_ids, appended], dim=-1)
         grow(len(new_tokens))

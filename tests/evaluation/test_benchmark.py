@@ -211,3 +211,71 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
     for r in report["records"]:
         by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])
     assert all(len(v) == 1 for v in by_question.values()), by_question
+
+
+def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
+    """`--draft-tree 4/2/2 --draft-lookup`: per drafter a chain, a hybrid chain, a tree and a hybrid tree, all
+    generating the target's greedy tokens."""
+    from slimspec_hf.evaluation.benchmark import build_systems, run_benchmark
+
+    target = make_tiny_target(eos_token_id=1)
+    drafter = make_tiny_drafter(target, num_speculative_tokens=2)
+    systems = build_systems({"low": drafter}, draft_lookup=True, draft_trees=((4, 2, 2), (8, 3, 4)))
+    assert [s.name for s in systems] == [
+        "target",
+        "low+lookup",
+        "low",
+        "low+tree4/2/2",
+        "low+tree4/2/2+lookup",
+        "low+tree8/3/4",
+        "low+tree8/3/4+lookup",
+    ]
+    by_name = {s.name: s.generate_kwargs for s in systems}
+    assert by_name["low+tree8/3/4+lookup"] == {
+        "assistant_model": drafter,
+        "draft_lookup": True,
+        "draft_tree_size": 8,
+        "draft_tree_depth": 3,
+        "draft_tree_top_k": 4,
+    }
+    assert by_name["low+tree4/2/2"]["draft_lookup"] is False
+    alone = build_systems({"low": drafter}, draft_trees=((4, 2, 2),))  # no --draft-lookup: the drafter's defaults
+    assert [s.name for s in alone] == ["target", "low", "low+tree4/2/2"] and "draft_lookup" not in alone[
+        2
+    ].generate_kwargs
+
+    questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa", "coding"])
+    report = run_benchmark(
+        target,
+        make_char_tokenizer(),
+        {"low": drafter},
+        questions,
+        temperatures=(0.0,),
+        max_new_tokens=10,
+        draft_lookup=True,
+        draft_trees=((4, 2, 2),),
+        context_length=8,
+        timing_repeats=1,
+        progress=False,
+    )
+    assert report["config"]["draft_trees"] == [[4, 2, 2]]
+    assert report["config"]["systems"] == ["target", "low+lookup", "low", "low+tree4/2/2", "low+tree4/2/2+lookup"]
+    by_question = {}
+    for r in report["records"]:
+        by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])
+    assert all(len(v) == 1 for v in by_question.values()), by_question
+    overall = {r["system"]: r for r in report["results"] if r["category"] == OVERALL}
+    assert overall["low+tree4/2/2"]["tau"] >= 1.0
+
+
+def test_draft_tree_flag_parses_shapes_and_refuses_others(capsys):
+    from slimspec_hf.commands.bench import build_parser
+
+    args = build_parser().parse_args(["--draft-tree", "16/4/4", "--draft-tree", "8/3/4"])
+    assert args.draft_tree == [(16, 4, 4), (8, 3, 4)]
+    for bad in ("16/4", "16/0/4", "a/b/c"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--draft-tree", bad])
+        assert (
+            f"expected SIZE/DEPTH/TOPK, three positive integers (e.g. 16/4/4), got '{bad}'" in capsys.readouterr().err
+        )

@@ -26,6 +26,17 @@ from .common import (
 logger = logging.getLogger(__name__)
 
 
+def _tree_shape(text: str) -> tuple[int, int, int]:
+    """`SIZE/DEPTH/TOPK` (e.g. 16/4/4): the nodes verified per round, drafter levels, children per node."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected SIZE/DEPTH/TOPK, three positive integers (e.g. 16/4/4), got {text!r}"
+        )
+    size, depth, top_k = (int(part) for part in parts)
+    return size, depth, top_k
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slimspec bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="embedded", help="target: Hub id, local folder, .gguf path or 'embedded'")
@@ -47,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft-lookup",
         action="store_true",
         help="run each drafter twice: as a chain (NAME) and hybrid with prompt lookup (NAME+lookup)",
+    )
+    p.add_argument(
+        "--draft-tree",
+        action="append",
+        type=_tree_shape,
+        default=[],
+        metavar="SIZE/DEPTH/TOPK",
+        help="also run each drafter drafting a dynamic tree of this shape, e.g. 16/4/4 (row NAME+tree16/4/4; with "
+        "--draft-lookup also NAME+tree16/4/4+lookup); repeatable",
     )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
     p.add_argument(
@@ -100,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),
-        1 + len(drafters) * (1 + len(args.confidence_threshold) + args.draft_lookup) + bool(args.prompt_lookup),
+        1
+        + len(drafters)
+        * (1 + len(args.confidence_threshold) + (1 + len(args.draft_tree)) * (1 + args.draft_lookup) - 1)
+        + bool(args.prompt_lookup),
         len(args.temperatures),
         args.repeats,
     )
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         num_speculative_tokens=args.num_speculative_tokens,
         confidence_thresholds=tuple(args.confidence_threshold),
         draft_lookup=args.draft_lookup,
+        draft_trees=tuple(args.draft_tree),
         reference=args.reference,
         context_length=args.context_length,
         timing_repeats=args.timing_repeats,

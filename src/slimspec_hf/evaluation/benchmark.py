@@ -116,12 +116,15 @@ def build_systems(
     num_speculative_tokens=None,
     confidence_thresholds: tuple[float, ...] = (),
     draft_lookup: bool = False,
+    draft_trees: tuple[tuple[int, int, int], ...] = (),
 ) -> list[System]:
     """The target alone, each drafter (and, per confidence threshold, the same drafter stopping its rounds early
     at the first drafted token it gives less than that probability), and optionally prompt lookup.
 
     `draft_lookup`: each drafter twice, as a chain only (`draft_lookup=False`, row NAME) and hybrid with prompt
-    lookup (`draft_lookup=True`, row NAME+lookup); otherwise each drafter runs with its own defaults."""
+    lookup (`draft_lookup=True`, row NAME+lookup); otherwise each drafter runs with its own defaults.
+    `draft_trees`: (size, depth, top_k) of dynamic draft trees, each drafter once per tree (row NAME+treeS/D/K),
+    and with `draft_lookup` also hybrid (row NAME+treeS/D/K+lookup)."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
@@ -131,6 +134,12 @@ def build_systems(
             kwargs["draft_lookup"] = False
             systems.append(System(f"{name}+lookup", "drafter", drafter, dict(kwargs, draft_lookup=True), base=name))
         systems.append(System(name, "drafter", drafter, kwargs, base=name))
+        for size, depth, top_k in draft_trees:
+            tree = dict(kwargs, draft_tree_size=int(size), draft_tree_depth=int(depth), draft_tree_top_k=int(top_k))
+            label = f"{name}+tree{size}/{depth}/{top_k}"
+            systems.append(System(label, "drafter", drafter, tree, base=name))
+            if draft_lookup:
+                systems.append(System(f"{label}+lookup", "drafter", drafter, dict(tree, draft_lookup=True), base=name))
         for threshold in confidence_thresholds:
             variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
             systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant, base=name))
@@ -170,6 +179,7 @@ def run_benchmark(
     num_speculative_tokens: int | None = None,
     confidence_thresholds: tuple[float, ...] = (),
     draft_lookup: bool = False,
+    draft_trees: tuple[tuple[int, int, int], ...] = (),
     reference: str | None = None,
     context_length: int = 256,
     timing_repeats: int = 20,
@@ -193,7 +203,9 @@ def run_benchmark(
         reference = next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
     elif reference not in drafters:
         raise ValueError(f"`reference` ({reference!r}) is not one of the drafters: {list(drafters)}.")
-    systems = build_systems(drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds, draft_lookup)
+    systems = build_systems(
+        drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds, draft_lookup, tuple(draft_trees)
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_prompt(tokenizer, q["prompt"]) for q in questions]
 
@@ -262,6 +274,7 @@ def run_benchmark(
             "num_speculative_tokens": num_speculative_tokens,
             "confidence_thresholds": list(confidence_thresholds),
             "draft_lookup": draft_lookup,
+            "draft_trees": [list(tree) for tree in draft_trees],
             "prompt_lookup_num_tokens": prompt_lookup,
             "reference": reference,
             "device": str(target.device),

