@@ -2,7 +2,7 @@
 
     python scripts/ship_embedded_drafter.py TRAINED_DIR [--results bench-results/results.json#NAME]
         [--num-assistant-tokens K] [--confidence-threshold P] [--draft-lookup | --no-draft-lookup]
-        [--draft-tree-size N] [--dest DIR]
+        [--draft-tree-size N] [--draft-tree-depth D] [--draft-tree-top-k K] [--dest DIR]
 
 Weights are stored in bfloat16 (`load_embedded_drafter()` loads them in the target's dtype, "auto" by default);
 the borrowed embedding is not saved. The decoding defaults go into the drafter's generation_config.json. The model card keeps the trainer's recipe and
@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidence-threshold", type=float, default=None, help="assistant_confidence_threshold")
     parser.add_argument("--draft-lookup", action=argparse.BooleanOptionalAction, default=None, help="hybrid lookup")
     parser.add_argument("--draft-tree-size", type=int, default=None, help="> 0: draft a tree of this many nodes")
+    parser.add_argument("--draft-tree-depth", type=int, default=None, help="the tree's depth (levels)")
+    parser.add_argument("--draft-tree-top-k", type=int, default=None, help="children per expanded node")
     parser.add_argument("--dataset", action="append", default=None, help="training dataset named in the card")
     parser.add_argument("--dest", default=None, help="default: the embedded drafter folder")
     args = parser.parse_args(argv)
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "assistant_confidence_threshold": args.confidence_threshold,
         "draft_lookup": args.draft_lookup,
         "draft_tree_size": args.draft_tree_size,
+        "draft_tree_depth": args.draft_tree_depth,
+        "draft_tree_top_k": args.draft_tree_top_k,
     }
     for name, value in settings.items():
         if value is not None:
