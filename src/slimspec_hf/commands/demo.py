@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     return error_boundary("demo")(_run)(args)
 
 
+def _tree_text(settings) -> str:
+    size = getattr(settings, "draft_tree_size", 0) or 0
+    if size <= 0:
+        return "none (a chain)"
+    return f"{size} nodes, depth {getattr(settings, 'draft_tree_depth', '?')}, top-{getattr(settings, 'draft_tree_top_k', '?')}"
+
+
 def _run(args) -> int:
     from transformers import TextStreamer
 
@@ -60,14 +67,15 @@ def _run(args) -> int:
     settings = drafter.generation_config
     print(
         f"Drafter: {drafter_path} (head {drafter.config.head_type}, r = {drafter.config.head_rank}); its defaults: "
-        f"k = {settings.num_assistant_tokens}, draft_lookup = {getattr(settings, 'draft_lookup', False)}"
+        f"k = {settings.num_assistant_tokens}, draft_lookup = {getattr(settings, 'draft_lookup', False)}, "
+        f"draft_tree = {_tree_text(settings)}"
     )
     print(runtime_line(target) + "\n")
 
     systems = {
         "target alone": {},
-        "SlimSpec": {"assistant_model": drafter, "draft_lookup": False},
-        "SlimSpec + lookup": {"assistant_model": drafter, "draft_lookup": True},
+        "SlimSpec chain": {"assistant_model": drafter, "draft_lookup": False, "draft_tree_size": 0},
+        "SlimSpec defaults": {"assistant_model": drafter},  # the drafter's generation_config
         "prompt lookup": {"prompt_lookup_num_tokens": 10},
     }
     common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
