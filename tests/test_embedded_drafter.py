@@ -134,7 +134,9 @@ def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedd
         assert drafter.generation_config.draft_lookup is True
         target = AutoModelForCausalLM.from_pretrained({str(embedded_target_dir())!r}, dtype=torch.float32).eval()
         ids = torch.tensor({ids})
-        for kwargs in ({{}}, {{"draft_lookup": False, "num_assistant_tokens": 3}}, {{"draft_tree_size": 8}}):
+        chain = {{"draft_lookup": False, "num_assistant_tokens": 3, "draft_tree_size": 0}}
+        tree = {{"draft_tree_size": 8, "draft_tree_depth": 3, "draft_tree_top_k": 4}}
+        for kwargs in ({{}}, chain, tree):
             out = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, **kwargs)
             assert out[0].tolist() == {expected}, (kwargs, out)
             assert drafter.last_generation_stats.rounds > 0
