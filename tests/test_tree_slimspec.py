@@ -499,3 +499,29 @@ def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
     fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, **hybrid)
     assert fast.tolist() == plain.tolist()
     assert "lookup" in drafter.last_generation_stats.rounds_by_source
+
+
+def test_sampling_with_a_default_tree_and_lookup_uses_the_hybrid_chain():
+    """Trees carry the lookup draft in greedy decoding only: when sampling, a tree from the drafter's defaults gives
+    way to the hybrid chain (no warning, lookup rounds happen); a tree passed to generate() is kept (warning)."""
+    import warnings
+
+    target = make_tiny_target(seed=5)
+    drafter = make_drafter_for(target, "low_rank")
+    drafter.generation_config.draft_tree_size = 4
+    drafter.generation_config.draft_tree_depth = 1
+    drafter.generation_config.draft_lookup = True
+    drafter.generation_config.draft_lookup_min_ngram = 1
+    drafter.generation_config.num_assistant_tokens = 3
+    torch.manual_seed(0)
+    ids = torch.randint(0, target.config.vocab_size, (1, 5))
+    ids = torch.cat([ids, ids, ids, ids[:, :3]], dim=-1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*greedy only.*")
+        target.generate(ids, max_new_tokens=12, do_sample=True, assistant_model=drafter)
+    # a chain of k = 3 ran (a depth-1 tree drafts at one position only)
+    assert len(drafter.last_generation_stats.drafted_per_position) > 1
+    with pytest.warns(UserWarning, match="greedy only"):
+        target.generate(ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=4)
+    greedy = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter)
+    assert greedy.tolist() == target.generate(ids, max_new_tokens=12, do_sample=False).tolist()

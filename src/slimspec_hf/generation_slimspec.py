@@ -502,7 +502,9 @@ def install_generation_hook() -> None:
     - `_validate_generation_mode` checks the drafter/target pairing before transformers' own assistant checks.
     - `_get_candidate_generator` returns the SlimSpec generator, built by the drafter's own class.
     - `_assisted_decoding` hands the call to `tree_slimspec.tree_decoding` when the resolved `draft_tree_size` > 0
-      (a dynamic draft tree verified in one target forward); chains stay with transformers' loop.
+      (a dynamic draft tree verified in one target forward); chains stay with transformers' loop. When sampling
+      with `draft_lookup`, a tree from the drafter's defaults gives way to the hybrid chain (trees carry the lookup
+      draft in greedy decoding only); a `draft_tree_size` passed to `generate()` is kept.
     """
     if int(getattr(GenerationMixin._get_candidate_generator, "_slimspec_hook", 0)) >= _HOOK_VERSION:
         return
@@ -572,10 +574,15 @@ def install_generation_hook() -> None:
     def _assisted_decoding(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
         assistant = kwargs.get("assistant_model")
         if assistant is not None and _is_slimspec_drafter(assistant):
-            settings = DraftSettings.resolve(
-                assistant.generation_config, getattr(generation_config, "slimspec_overrides", {})
+            overrides = getattr(generation_config, "slimspec_overrides", {})
+            settings = DraftSettings.resolve(assistant.generation_config, overrides)
+            # When sampling, a tree cannot carry the lookup draft (multi-draft sampling needs i.i.d. draws); a tree
+            # that comes from the drafter's defaults then gives way to the hybrid chain, which can. A tree asked for
+            # in the call is kept (without lookup, with a warning).
+            sampled_default_tree = (
+                generation_config.do_sample and settings.draft_lookup and "draft_tree_size" not in overrides
             )
-            if settings.draft_tree_size > 0:
+            if settings.draft_tree_size > 0 and not sampled_default_tree:
                 from .tree_slimspec import tree_decoding  # lazy: tree_slimspec imports this module
 
                 return tree_decoding(
