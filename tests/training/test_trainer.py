@@ -296,8 +296,6 @@ def test_bad_input_is_refused(tmp_path):
     trainer = SlimSpecTrainer(args=tiny_args(tmp_path), target=target, train_dataset=tiny_rows(4))
     with pytest.raises(ValueError, match="already holds a run"):
         trainer.train()
-    with pytest.raises(ValueError, match="gradient_checkpointing"):
-        SlimSpecTrainer(args=tiny_args(tmp_path, gradient_checkpointing=True), target=target)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -522,3 +520,21 @@ def test_layer_init_auto_falls_back_where_the_target_does_not_fit(tmp_path):
     torch.testing.assert_close(drafter.layer.self_attn.q_proj.weight, before)  # nothing half-written
     with pytest.raises(ValueError, match="layer_init='random'"):
         initialise_layer_from_target(drafter, target, strict=True)
+
+
+def test_activation_checkpointing_trains_to_the_same_weights(tmp_path):
+    """`activation_checkpointing=True` recomputes the drafter layer in the backward pass: same losses, same weights."""
+    target = peaked_target()
+    runs = []
+    for checkpointing in (False, True):
+        args = tiny_args(
+            tmp_path / str(checkpointing), max_steps=3, logging_steps=1, activation_checkpointing=checkpointing
+        )
+        trainer = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(12))
+        trainer.train()
+        assert trainer.drafter.layer.gradient_checkpointing is checkpointing
+        losses = [h["loss"] for h in trainer.state.log_history if "acc_0" in h]
+        runs.append((losses, {k: v.clone() for k, v in trainer.drafter.state_dict().items()}))
+    assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-5)
+    for name, value in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][name], value, rtol=1e-4, atol=1e-6)

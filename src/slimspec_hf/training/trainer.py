@@ -65,6 +65,13 @@ class SlimSpecTTTModel(nn.Module):
         self.distill_top_k, self.distill_top_k_weight = args.distill_top_k, args.distill_top_k_weight
         self.register_buffer("step_weights", step_weights(args.ttt_steps, args.step_loss_decay), persistent=False)
 
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        """`activation_checkpointing=True` (alias `gradient_checkpointing`): the drafter's decoder layer recomputes
+        its activations in the backward pass, at every TTT step (its context is pure, so the replay is exact)."""
+        self.base_drafter.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=activation_checkpointing_kwargs, **kwargs
+        )
+
     @property
     def base_drafter(self) -> SlimSpecDrafterForCausalLM:
         drafter = self.drafter
@@ -154,11 +161,6 @@ class SlimSpecTrainer(Trainer):
             args = SlimSpecConfig(output_dir="slimspec-drafter")
         if not isinstance(args, SlimSpecConfig):
             raise TypeError(f"`args` must be a `SlimSpecConfig`, got {type(args).__name__}.")
-        if args.gradient_checkpointing:
-            raise ValueError(
-                "`gradient_checkpointing=True` is not supported: the drafter is one layer, and the TTT unroll shares "
-                "keys across steps. Lower `per_device_train_batch_size`, `max_length` or `kl_chunk_size` instead."
-            )
         if args.load_best_model_at_end:
             raise ValueError("`load_best_model_at_end=True` is not supported by SlimSpecTrainer; load a checkpoint.")
 
