@@ -1,6 +1,7 @@
 """Bad input through the `slimspec` command: one line on stderr, `slimspec <command>: error: ...`, exit code 2, no
 traceback, nothing left behind (issue #21). `--debug` / `SLIMSPEC_DEBUG=1` shows the traceback instead."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -181,6 +182,22 @@ def test_convert_missing_source(capsys, workdir):
 def test_prepare_data_missing_prompts(capsys, workdir):
     _, line = run_cli(capsys, ["prepare-data", "--prompts", "nope.jsonl", "--out", "o"], workdir)
     assert "`--prompts`: no such file: nope.jsonl" in line
+
+
+def test_prepare_data_vllm_engine_without_vllm(capsys, workdir, monkeypatch):
+    monkeypatch.delenv("SLIMSPEC_VLLM_PYTHON", raising=False)
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("this interpreter has vLLM")
+    (workdir / "p.jsonl").write_text(json.dumps({"id": "a", "turns": ["hi"]}) + "\n")
+    _, line = run_cli(capsys, ["prepare-data", "--engine", "vllm", "--prompts", "p.jsonl", "--out", "o"], workdir)
+    assert "`--engine vllm` needs a python with vLLM" in line and "make install-vllm" in line
+
+
+def test_prepare_data_vllm_python_missing(capsys, workdir):
+    (workdir / "p.jsonl").write_text(json.dumps({"id": "a", "turns": ["hi"]}) + "\n")
+    argv = ["prepare-data", "--engine", "vllm", "--vllm-python", "nope/python", "--prompts", "p.jsonl", "--out", "o"]
+    _, line = run_cli(capsys, argv, workdir)
+    assert "`--vllm-python`: no python at 'nope/python'" in line
 
 
 def test_debug_shows_the_traceback(monkeypatch, tmp_path):

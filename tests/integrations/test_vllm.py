@@ -208,3 +208,29 @@ def test_low_rank_and_merged_drafters_accept_alike(runs):
         tau = {k: next(r["tau"] for r in runs[k]["runs"] if r["batch"] == batch) for k in ("low_rank", "merged")}
         assert tau["low_rank"] > 1.0, tau
         assert abs(tau["low_rank"] - tau["merged"]) < 0.05, tau
+
+
+def test_prepare_data_vllm_engine_matches_transformers_and_resumes(tmp_path, prompts):
+    """`slimspec prepare-data --engine vllm` writes the same shards as the transformers engine: same ids, same
+    format, and in fp32 greedy the same answers; a rerun finds everything done."""
+    from slimspec_hf.training.data import load_training_dataset
+
+    env = {**os.environ, **ENGINE_ENV}
+    outs, cmds = {}, {}
+    for engine in ("vllm", "transformers"):
+        out = tmp_path / engine
+        cmd = [sys.executable, "-m", "slimspec_hf.cli", "prepare-data", "--engine", engine, "--prompts", str(prompts)]
+        cmd += ["--out", str(out), "--max-new-tokens", "16", "--dtype", "float32", "--threads", "1", "--no-progress"]
+        cmds[engine] = cmd
+        proc = run_in_own_session(cmd, ENGINE_TIMEOUT_S, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{NUM_PROMPTS} new, 0 already done" in proc.stdout, proc.stdout
+        outs[engine] = {row["id"]: row for row in load_training_dataset(out)}
+    assert outs["vllm"].keys() == outs["transformers"].keys() and len(outs["vllm"]) == NUM_PROMPTS
+    for key, row in outs["vllm"].items():
+        other = outs["transformers"][key]
+        assert row["finish_reason"] in ("stop", "length")
+        assert [m["role"] for m in row["messages"]] == [m["role"] for m in other["messages"]]
+        assert row["messages"][-1]["content"] == other["messages"][-1]["content"], key
+    rerun = run_in_own_session(cmds["vllm"], ENGINE_TIMEOUT_S, env=env)
+    assert rerun.returncode == 0 and f"0 new, {NUM_PROMPTS} already done" in rerun.stdout, rerun.stdout

@@ -139,6 +139,64 @@ def _check_run_config(out_dir: Path, config: dict) -> None:
     atomic_write_json(path, config)
 
 
+def render_chat(tokenizer, messages: list[dict]) -> str:
+    """A conversation so far, rendered with the target's chat template up to the assistant's next turn."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _first_turn(messages: list[dict]) -> list[dict]:
+    """Everything up to and including the first user turn (system prompts too)."""
+    end = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
+    return messages[: end + 1]
+
+
+def pending_prompts(
+    prompts: list[dict], out_dir: str | os.PathLike, tokenizer, max_prompt_length: int | None = 2048
+) -> tuple[list[dict], dict]:
+    """The prompts not yet answered under `out_dir` (truncated shard lines repaired first), without those whose
+    first turn renders to more than `max_prompt_length` tokens, longest first (batches of similar length pad
+    least). Returns `(pending, stats)` with the regeneration stats' counters initialised
+    ({"done", "skipped", "new_tokens", "seconds", "too_long", "left"}); every engine fills in the same stats."""
+    done = completed_ids(out_dir, repair=True)
+    pending = [p for p in prompts if p["id"] not in done]
+    stats = {"done": 0, "skipped": len(prompts) - len(pending), "new_tokens": 0, "seconds": 0.0, "too_long": 0}
+    stats["left"] = 0
+    first_len = {
+        p["id"]: len(
+            tokenizer(render_chat(tokenizer, _first_turn(p["messages"])), add_special_tokens=False)["input_ids"]
+        )
+        for p in pending
+    }
+    if max_prompt_length is not None:
+        kept = [p for p in pending if first_len[p["id"]] <= max_prompt_length]
+        stats["too_long"] = len(pending) - len(kept)
+        if stats["too_long"]:
+            logger.warning("Skipping %d prompts longer than %d tokens.", stats["too_long"], max_prompt_length)
+        pending = kept
+    pending.sort(key=lambda p: -first_len[p["id"]])
+    return pending, stats
+
+
+def new_shard_path(out_dir: str | os.PathLike) -> Path:
+    """A fresh shard file name under `out_dir/data/` (creation time in ms, then the writer's pid: sorts by age)."""
+    data_dir = Path(out_dir) / DATA_SUBDIR
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return data_dir / f"shard-{int(time.time() * 1000):015d}-{os.getpid()}.jsonl"
+
+
+def conversation_row(prompt: dict, messages: list[dict], finish_reason: str) -> str:
+    """One shard line: the prompt's id/source/category, how the last answer ended ("stop" or "length") and the
+    conversation with the target's answers."""
+    row = {
+        "id": prompt["id"],
+        "source": prompt.get("source"),
+        "category": prompt.get("category"),
+        "finish_reason": finish_reason,
+        "messages": messages,
+    }
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
 @torch.no_grad()
 def regenerate(
     model,
@@ -159,23 +217,12 @@ def regenerate(
     Prompts are processed longest-first in batches of similar length (less padding), left-padded. Multi-turn
     prompts are answered turn by turn. `max_seconds` time-boxes the run: a batch is not begun when the mean batch
     time so far would end it past the budget (the rest is left for a later run). Returns counts and throughput:
-    {"done", "skipped", "new_tokens", "seconds", "too_long", "left"}.
+    {"done", "skipped", "new_tokens", "seconds", "too_long", "left"}. (`integrations.vllm.regenerate` is the
+    same job on vLLM's continuous batching.)
     """
     from tqdm.auto import tqdm
 
-    out_dir = Path(out_dir)
-    data_dir = out_dir / DATA_SUBDIR
-    data_dir.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_dir, repair=True)
-    pending = [p for p in prompts if p["id"] not in done]
-    stats = {
-        "done": 0,
-        "skipped": len(prompts) - len(pending),
-        "new_tokens": 0,
-        "seconds": 0.0,
-        "too_long": 0,
-        "left": 0,
-    }
+    pending, stats = pending_prompts(prompts, out_dir, tokenizer, max_prompt_length)
     if not pending:
         return stats
     if tokenizer.pad_token_id is None:
@@ -185,25 +232,7 @@ def regenerate(
     eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) - {None}
     eos_ids.add(tokenizer.eos_token_id)
 
-    def render(messages):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-    def first_turn(messages):  # everything up to and including the first user turn (system prompts too)
-        end = next((i for i, m in enumerate(messages) if m["role"] == "user"), 0)
-        return messages[: end + 1]
-
-    first_len = {
-        p["id"]: len(tokenizer(render(first_turn(p["messages"])), add_special_tokens=False)["input_ids"])
-        for p in pending
-    }
-    if max_prompt_length is not None:
-        kept = [p for p in pending if first_len[p["id"]] <= max_prompt_length]
-        stats["too_long"] = len(pending) - len(kept)
-        if stats["too_long"]:
-            logger.warning("Skipping %d prompts longer than %d tokens.", stats["too_long"], max_prompt_length)
-        pending = kept
-    pending.sort(key=lambda p: -first_len[p["id"]])
-    shard = data_dir / f"shard-{int(time.time() * 1000):015d}-{os.getpid()}.jsonl"
+    shard = new_shard_path(out_dir)
     start = time.perf_counter()
     bar = tqdm(total=len(pending), desc="prepare-data", unit="conv", disable=not progress)
     device = next(model.parameters()).device
@@ -225,7 +254,7 @@ def regenerate(
                 active = [i for i in range(len(batch)) if turn < num_turns[i]]
                 for i in active:
                     conversations[i].append(dict(users[i][turn]))
-                texts = [render(conversations[i]) for i in active]
+                texts = [render_chat(tokenizer, conversations[i]) for i in active]
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
                 torch.manual_seed(seed + batch_start + turn)
                 gen_kwargs = {
@@ -249,14 +278,7 @@ def regenerate(
                     text = tokenizer.decode(ids[:length], skip_special_tokens=True)
                     conversations[i].append({"role": "assistant", "content": text})
             for p, conversation, reason in zip(batch, conversations, finish):
-                row = {
-                    "id": p["id"],
-                    "source": p.get("source"),
-                    "category": p.get("category"),
-                    "finish_reason": reason,
-                    "messages": conversation,
-                }
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.write(conversation_row(p, conversation, reason))
             out.flush()
             os.fsync(out.fileno())
             stats["done"] += len(batch)

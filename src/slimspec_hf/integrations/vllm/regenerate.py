@@ -1,0 +1,255 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""`slimspec prepare-data --engine vllm`: the target answers the training prompts through vLLM.
+
+Same job, same shards as `training.data.regenerate` (the `transformers` engine), but vLLM's continuous batching
+starts a new prompt the moment one finishes, where `generate()` keeps a padded batch running until its longest
+answer ends. Two halves, like `runner.py`:
+
+- `regenerate_with_vllm(...)` runs in the package's own environment: it picks the pending prompts (the same
+  selection as the `transformers` engine), writes them to a temporary file and starts this module under the vLLM
+  environment's python (vLLM pins another transformers, so it lives in its own venv: `make install-vllm`);
+- `python -m slimspec_hf.integrations.vllm.regenerate ...` (the child) answers them in chunks and appends each
+  chunk's rows to a new shard, flushed and fsynced: a killed run loses at most the chunk in flight; rerun to go on.
+
+The child reports progress and its final counts on stdout as `SLIMSPEC {json}` lines; vLLM's own log goes to a
+temporary file whose tail is shown if the child fails.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+MARK = "SLIMSPEC "
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parent side (the package's environment; no vLLM import)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def find_vllm_python(explicit: str | None = None) -> str:
+    """The python that runs vLLM: `explicit`, else `$SLIMSPEC_VLLM_PYTHON`, else this interpreter when it imports
+    vLLM, else `.venv-vllm/bin/python` under the working directory (`make install-vllm`). Raises `ValueError` with
+    the fix when none is there."""
+    candidate = explicit or os.environ.get("SLIMSPEC_VLLM_PYTHON")
+    if candidate:
+        if not Path(candidate).is_file():
+            raise ValueError(f"`--vllm-python`: no python at {candidate!r}; run `make install-vllm` or pass its path.")
+        return candidate
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    default = Path(".venv-vllm/bin/python")
+    if default.is_file():
+        return str(default)
+    raise ValueError(
+        "`--engine vllm` needs a python with vLLM: none at .venv-vllm/bin/python; run `make install-vllm` "
+        "or pass `--vllm-python PATH`."
+    )
+
+
+def regenerate_with_vllm(
+    target_dir: str | os.PathLike,
+    tokenizer,
+    prompts: list[dict],
+    out_dir: str | os.PathLike,
+    vllm_python: str,
+    max_new_tokens: int = 512,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    max_prompt_length: int | None = 2048,
+    max_num_seqs: int = 128,
+    chunk_size: int = 512,
+    threads: int | None = None,
+    kv_cache_gib: float = 4.0,
+    max_seconds: float | None = None,
+    progress: bool = True,
+    timeout: float | None = None,
+) -> dict:
+    """Has the target (an HF folder vLLM can load) answer every prompt not yet answered under `out_dir`; returns
+    the same stats as `training.data.regenerate` ({"done", "skipped", "new_tokens", "seconds", "too_long",
+    "left"}). `max_num_seqs` answers are in flight at once; rows are written `chunk_size` prompts at a time."""
+    from ...training.data import new_shard_path, pending_prompts
+
+    pending, stats = pending_prompts(prompts, out_dir, tokenizer, max_prompt_length)
+    if not pending:
+        return stats
+    shard = new_shard_path(out_dir)
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads or env.get("OMP_NUM_THREADS") or 1)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+    with tempfile.TemporaryDirectory(prefix="slimspec-vllm-") as tmp:
+        pending_file = Path(tmp) / "pending.jsonl"
+        pending_file.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pending), encoding="utf-8")
+        log_file = Path(tmp) / "vllm.log"
+        cmd = [
+            vllm_python,
+            "-m",
+            "slimspec_hf.integrations.vllm.regenerate",
+            "--target",
+            str(target_dir),
+            "--prompts",
+            str(pending_file),
+            "--shard",
+            str(shard),
+            "--max-new-tokens",
+            str(max_new_tokens),
+            "--temperature",
+            str(temperature),
+            "--top-p",
+            str(top_p),
+            "--seed",
+            str(seed),
+            "--dtype",
+            dtype,
+            "--max-num-seqs",
+            str(max_num_seqs),
+            "--chunk-size",
+            str(chunk_size),
+        ]
+        if max_seconds is not None:
+            cmd += ["--max-seconds", str(max_seconds)]
+        started = time.perf_counter()
+        final = None
+        with open(log_file, "w") as log:
+            # own session: vLLM tears down its process group on exit, and a timeout or Ctrl-C kills all its workers
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
+            )
+            try:
+                for line in proc.stdout:
+                    if not line.startswith(MARK):
+                        continue
+                    report = json.loads(line[len(MARK) :])
+                    if report.get("final"):
+                        final = report
+                    elif progress:
+                        print(
+                            f"prepare-data (vllm): {report['done']}/{len(pending)} answered, "
+                            f"{report['new_tokens'] / max(report['seconds'], 1e-9):.1f} tokens/s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    if timeout is not None and time.perf_counter() - started > timeout:
+                        raise TimeoutError(f"vLLM regeneration ran past {timeout} s")
+                proc.wait(timeout=timeout)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        if proc.returncode != 0 or final is None:
+            tail = log_file.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the vLLM engine failed (exit {proc.returncode}); the end of its log:\n{tail}")
+    for key in ("done", "new_tokens", "seconds", "left"):
+        stats[key] = final[key]
+    return stats
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Child side (the vLLM environment)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _report(**fields) -> None:
+    print(MARK + json.dumps(fields), flush=True)
+
+
+def _answer(llm, tokenizer, prompts: list[dict], params_for) -> tuple[list[list[dict]], list[str], int]:
+    """Answers `prompts` turn by turn (all first turns in one `generate`, then the second turns, ...)."""
+    from ...training.data import render_chat
+
+    conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in prompts]
+    users = [[m for m in p["messages"] if m["role"] == "user"] for p in prompts]
+    finish = ["stop"] * len(prompts)
+    new_tokens = 0
+    for turn in range(max(len(u) for u in users)):
+        active = [i for i in range(len(prompts)) if turn < len(users[i])]
+        for i in active:
+            conversations[i].append(dict(users[i][turn]))
+        texts = [render_chat(tokenizer, conversations[i]) for i in active]
+        params = [params_for(i, turn) for i in active]
+        outputs = llm.generate(texts, params, use_tqdm=False)
+        for i, output in zip(active, outputs):
+            completion = output.outputs[0]
+            new_tokens += len(completion.token_ids)
+            finish[i] = "length" if completion.finish_reason == "length" else "stop"
+            conversations[i].append({"role": "assistant", "content": completion.text})
+    return conversations, finish, new_tokens
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slimspec_hf.integrations.vllm.regenerate")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--shard", required=True)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-num-seqs", type=int, default=128)
+    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--max-seconds", type=float, default=None)
+    args = parser.parse_args(argv)
+
+    from vllm import LLM, SamplingParams
+
+    from ...training.data import conversation_row
+
+    prompts = [json.loads(line) for line in open(args.prompts, encoding="utf-8")]
+    llm = LLM(
+        model=args.target,
+        dtype=args.dtype,
+        max_num_seqs=args.max_num_seqs,
+        enforce_eager=True,
+        seed=args.seed,
+    )
+    tokenizer = llm.get_tokenizer()
+
+    def params_for(index: int, turn: int):
+        if args.temperature > 0:
+            return SamplingParams(
+                temperature=args.temperature,
+                top_p=args.top_p,
+                max_tokens=args.max_new_tokens,
+                seed=args.seed + 1000 * index + turn,
+            )
+        return SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
+
+    done = new_tokens = 0
+    left = 0
+    start = time.perf_counter()
+    with open(args.shard, "a", encoding="utf-8") as out:
+        for chunk_start in range(0, len(prompts), args.chunk_size):
+            elapsed = time.perf_counter() - start
+            if args.max_seconds is not None and done and elapsed * (1 + args.chunk_size / done) > args.max_seconds:
+                left = len(prompts) - chunk_start
+                break
+            chunk = prompts[chunk_start : chunk_start + args.chunk_size]
+            conversations, finish, tokens = _answer(
+                llm, tokenizer, chunk, lambda i, turn, base=chunk_start: params_for(base + i, turn)
+            )
+            for prompt, conversation, reason in zip(chunk, conversations, finish):
+                out.write(conversation_row(prompt, conversation, reason))
+            out.flush()
+            os.fsync(out.fileno())
+            done += len(chunk)
+            new_tokens += tokens
+            _report(done=done, new_tokens=new_tokens, seconds=time.perf_counter() - start)
+    _report(final=True, done=done, new_tokens=new_tokens, seconds=time.perf_counter() - start, left=left)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())
