@@ -200,6 +200,21 @@ def test_prepare_data_vllm_python_missing(capsys, workdir):
     assert "`--vllm-python`: no python at 'nope/python'" in line
 
 
+def test_prepare_data_vllm_engine_failure_is_one_line_with_its_log(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("SLIMSPEC_DEBUG", raising=False)
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'engine log: out of memory' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "turns": ["hi"]}) + "\n")
+    argv = ["prepare-data", "--engine", "vllm", "--vllm-python", str(fake), "--prompts", str(prompts)]
+    code = cli.main(argv + ["--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert "engine log: out of memory" in err[-2]
+    assert "the vLLM engine failed (exit 3)" in err[-1] and "rerun the same command" in err[-1]
+
+
 def test_debug_shows_the_traceback(monkeypatch, tmp_path):
     monkeypatch.delenv("SLIMSPEC_DEBUG", raising=False)
     with pytest.raises(ValueError, match="no such folder"):

@@ -3,6 +3,7 @@
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -116,7 +117,7 @@ def _regenerate_with_vllm(args, target_name: str, prompts: list[dict], out_dir: 
     not what is asked of the target, so a dataset may be continued by either engine."""
     from transformers import AutoTokenizer
 
-    from ..integrations.vllm.regenerate import find_vllm_python, regenerate_with_vllm
+    from ..integrations.vllm.regenerate import EngineError, find_vllm_python, regenerate_with_vllm
     from ..targets import embedded_target_dir, is_embedded
 
     if str(target_name).endswith(".gguf"):
@@ -132,20 +133,26 @@ def _regenerate_with_vllm(args, target_name: str, prompts: list[dict], out_dir: 
     target_dir = str(embedded_target_dir()) if is_embedded(target_name) else target_name
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     _check_run_config(out_dir, run_config)
-    return regenerate_with_vllm(
-        target_dir,
-        tokenizer,
-        prompts,
-        out_dir,
-        vllm_python,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        dtype=args.dtype,
-        max_prompt_length=args.max_prompt_length,
-        max_num_seqs=args.max_num_seqs,
-        threads=args.threads,
-        max_seconds=args.max_seconds,
-        progress=not args.no_progress,
-    )
+    try:
+        return regenerate_with_vllm(
+            target_dir,
+            tokenizer,
+            prompts,
+            out_dir,
+            vllm_python,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            dtype=args.dtype,
+            max_prompt_length=args.max_prompt_length,
+            max_num_seqs=args.max_num_seqs,
+            threads=args.threads,
+            max_seconds=args.max_seconds,
+            progress=not args.no_progress,
+        )
+    except EngineError as err:
+        print(err.log_tail.rstrip(), file=sys.stderr)
+        raise CommandError(
+            f"{err} (its log ends above); the answers written so far are kept: rerun the same command to go on."
+        ) from None

@@ -56,6 +56,14 @@ def find_vllm_python(explicit: str | None = None) -> str:
     )
 
 
+class EngineError(RuntimeError):
+    """The vLLM child failed; `log_tail` is the end of its log (vLLM's own messages), `returncode` its exit."""
+
+    def __init__(self, returncode: int | None, log_tail: str):
+        super().__init__(f"the vLLM engine failed (exit {returncode})")
+        self.returncode, self.log_tail = returncode, log_tail
+
+
 def _raise_system_exit(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -159,8 +167,7 @@ def regenerate_with_vllm(
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         if proc.returncode != 0 or final is None:
-            tail = log_file.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"the vLLM engine failed (exit {proc.returncode}); the end of its log:\n{tail}")
+            raise EngineError(proc.returncode, log_file.read_text(errors="replace")[-3000:])
     for key in ("done", "new_tokens", "seconds", "left"):
         stats[key] = final[key]
     return stats
