@@ -239,6 +239,8 @@ def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
         "draft_tree_top_k": 4,
     }
     assert by_name["low+tree4/2/2"]["draft_lookup"] is False
+    # the chain rows are chains even for a drafter whose generation_config drafts a tree by default
+    assert by_name["low"]["draft_tree_size"] == 0 and by_name["low+lookup"]["draft_tree_size"] == 0
     alone = build_systems({"low": drafter}, draft_trees=((4, 2, 2),))  # no --draft-lookup: the drafter's defaults
     assert [s.name for s in alone] == ["target", "low", "low+tree4/2/2"] and "draft_lookup" not in alone[
         2

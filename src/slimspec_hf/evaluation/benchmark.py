@@ -124,7 +124,9 @@ def build_systems(
     `draft_lookup`: each drafter twice, as a chain only (`draft_lookup=False`, row NAME) and hybrid with prompt
     lookup (`draft_lookup=True`, row NAME+lookup); otherwise each drafter runs with its own defaults.
     `draft_trees`: (size, depth, top_k) of dynamic draft trees, each drafter once per tree (row NAME+treeS/D/K),
-    and with `draft_lookup` also hybrid (row NAME+treeS/D/K+lookup)."""
+    and with `draft_lookup` also hybrid (row NAME+treeS/D/K+lookup). With either, the rows NAME and NAME+lookup
+    are chains (`draft_tree_size=0`) even where the drafter's generation_config drafts a tree by default: a row
+    is what its name says, whatever the folder's defaults."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
@@ -132,8 +134,10 @@ def build_systems(
             kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
         if draft_lookup:
             kwargs["draft_lookup"] = False
-            systems.append(System(f"{name}+lookup", "drafter", drafter, dict(kwargs, draft_lookup=True), base=name))
-        systems.append(System(name, "drafter", drafter, kwargs, base=name))
+        chain = dict(kwargs, draft_tree_size=0) if (draft_lookup or draft_trees) else kwargs
+        if draft_lookup:
+            systems.append(System(f"{name}+lookup", "drafter", drafter, dict(chain, draft_lookup=True), base=name))
+        systems.append(System(name, "drafter", drafter, chain, base=name))
         for size, depth, top_k in draft_trees:
             tree = dict(kwargs, draft_tree_size=int(size), draft_tree_depth=int(depth), draft_tree_top_k=int(top_k))
             label = f"{name}+tree{size}/{depth}/{top_k}"
