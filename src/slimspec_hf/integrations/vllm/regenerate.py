@@ -86,7 +86,6 @@ def regenerate_with_vllm(
     kv_cache_gib: float = 4.0,
     max_seconds: float | None = None,
     progress: bool = True,
-    timeout: float | None = None,
 ) -> dict:
     """Has the target (an HF folder vLLM can load) answer every prompt not yet answered under `out_dir`; returns
     the same stats as `training.data.regenerate` ({"done", "skipped", "new_tokens", "seconds", "too_long",
@@ -135,10 +134,9 @@ def regenerate_with_vllm(
         ]
         if max_seconds is not None:
             cmd += ["--max-seconds", str(max_seconds)]
-        started = time.perf_counter()
         final = None
         with open(log_file, "w") as log:
-            # own session: vLLM tears down its process group on exit, and a timeout or Ctrl-C kills all its workers
+            # own session: vLLM tears down its process group on exit, and Ctrl-C or SIGTERM here kills all its workers
             proc = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
             )
@@ -158,9 +156,7 @@ def regenerate_with_vllm(
                             file=sys.stderr,
                             flush=True,
                         )
-                    if timeout is not None and time.perf_counter() - started > timeout:
-                        raise TimeoutError(f"vLLM regeneration ran past {timeout} s")
-                proc.wait(timeout=timeout)
+                proc.wait()
             finally:
                 signal.signal(signal.SIGTERM, previous)
                 if proc.poll() is None:
