@@ -161,3 +161,27 @@ def test_several_sources_load_as_one_with_each_id_once(tmp_path):
     assert [m[1]["content"] for m in dataset["messages"]] == ["mix", "mix", "balanced", "file"]
     with pytest.raises(ValueError, match="neither a prepare-data folder"):
         load_training_dataset(f"{tmp_path / 'mix'},{tmp_path / 'nothing'}")
+
+
+def test_answer_turn_by_turn_batches_each_turn_and_keeps_system_messages(embedded_target):
+    """Both prepare-data engines' turn loop: first turns together, then the second turns of the prompts that have
+    them; a conversation is "length" if any of its answers was cut."""
+    from slimspec_hf.training.data import answer_turn_by_turn
+
+    _, tokenizer = embedded_target
+    prompts = [
+        {"id": "a", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]},
+        {"id": "b", "messages": [{"role": "user", "content": "One"}, {"role": "user", "content": "Two"}]},
+    ]
+    calls = []
+
+    def generate_turn(active, turn, texts):
+        calls.append((list(active), turn))
+        assert all(text.rstrip().endswith("assistant") for text in texts)  # rendered up to the assistant's turn
+        return [(f"answer {i}.{turn}", "length" if (i, turn) == (1, 0) else "stop") for i in active]
+
+    conversations, finish = answer_turn_by_turn(tokenizer, prompts, generate_turn)
+    assert calls == [([0, 1], 0), ([1], 1)]
+    assert [m["role"] for m in conversations[0]] == ["system", "user", "assistant"]
+    assert [m["content"] for m in conversations[1]] == ["One", "answer 1.0", "Two", "answer 1.1"]
+    assert finish == ["stop", "length"]

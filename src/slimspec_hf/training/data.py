@@ -159,8 +159,14 @@ def pending_prompts(
     ({"done", "skipped", "new_tokens", "seconds", "too_long", "left"}); every engine fills in the same stats."""
     done = completed_ids(out_dir, repair=True)
     pending = [p for p in prompts if p["id"] not in done]
-    stats = {"done": 0, "skipped": len(prompts) - len(pending), "new_tokens": 0, "seconds": 0.0, "too_long": 0}
-    stats["left"] = 0
+    stats = {
+        "done": 0,
+        "skipped": len(prompts) - len(pending),
+        "new_tokens": 0,
+        "seconds": 0.0,
+        "too_long": 0,
+        "left": 0,
+    }
     first_len = {
         p["id"]: len(
             tokenizer(render_chat(tokenizer, _first_turn(p["messages"])), add_special_tokens=False)["input_ids"]
@@ -184,9 +190,36 @@ def new_shard_path(out_dir: str | os.PathLike) -> Path:
     return data_dir / f"shard-{int(time.time() * 1000):015d}-{os.getpid()}.jsonl"
 
 
+def past_time_box(elapsed: float, done: int, next_size: int, max_seconds: float | None) -> bool:
+    """Both engines' time box: begin no batch (chunk) of `next_size` prompts that the mean pace so far (`done`
+    prompts in `elapsed` s) would end past `max_seconds`; the first batch always begins."""
+    return max_seconds is not None and done > 0 and elapsed * (1 + next_size / done) > max_seconds
+
+
+def answer_turn_by_turn(tokenizer, prompts: list[dict], generate_turn) -> tuple[list[list[dict]], list[str]]:
+    """Has the target answer each prompt's user turns in order, what both engines share: all first turns in one
+    `generate_turn(active, turn, texts)` call (`active`: the prompts' indices, `texts`: their conversations so far
+    rendered with the chat template), then the second turns of the prompts that have them, and so on.
+    `generate_turn` returns one `(answer, finish_reason)` per text. Returns the conversations (system messages
+    kept) and per conversation "length" if any of its answers was cut at the token limit, else "stop"."""
+    conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in prompts]
+    users = [[m for m in p["messages"] if m["role"] == "user"] for p in prompts]
+    finish = ["stop"] * len(prompts)
+    for turn in range(max((len(u) for u in users), default=0)):
+        active = [i for i, u in enumerate(users) if turn < len(u)]
+        for i in active:
+            conversations[i].append(dict(users[i][turn]))
+        texts = [render_chat(tokenizer, conversations[i]) for i in active]
+        for i, (answer, reason) in zip(active, generate_turn(active, turn, texts)):
+            if reason == "length":
+                finish[i] = "length"
+            conversations[i].append({"role": "assistant", "content": answer})
+    return conversations, finish
+
+
 def conversation_row(prompt: dict, messages: list[dict], finish_reason: str) -> str:
-    """One shard line: the prompt's id/source/category, how the last answer ended ("stop" or "length") and the
-    conversation with the target's answers."""
+    """One shard line: the prompt's id/source/category, whether an answer was cut ("length") or not ("stop") and
+    the conversation with the target's answers."""
     row = {
         "id": prompt["id"],
         "source": prompt.get("source"),
@@ -239,22 +272,15 @@ def regenerate(
     with open(shard, "a", encoding="utf-8") as out:
         for batch_start in range(0, len(pending), batch_size):
             elapsed = time.perf_counter() - start
-            if max_seconds is not None and batch_start and elapsed * (1 + batch_size / batch_start) > max_seconds:
+            if past_time_box(elapsed, batch_start, batch_size, max_seconds):
                 stats["left"] = len(pending) - batch_start
                 logger.info(
                     "Stopping after %.0f s (`max_seconds` %.0f): %d prompts left.", elapsed, max_seconds, stats["left"]
                 )
                 break
             batch = pending[batch_start : batch_start + batch_size]
-            conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in batch]
-            finish = ["stop"] * len(batch)
-            num_turns = [sum(m["role"] == "user" for m in p["messages"]) for p in batch]
-            users = [[m for m in p["messages"] if m["role"] == "user"] for p in batch]
-            for turn in range(max(num_turns)):
-                active = [i for i in range(len(batch)) if turn < num_turns[i]]
-                for i in active:
-                    conversations[i].append(dict(users[i][turn]))
-                texts = [render_chat(tokenizer, conversations[i]) for i in active]
+
+            def generate_turn(active, turn, texts, batch_start=batch_start):
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
                 torch.manual_seed(seed + batch_start + turn)
                 gen_kwargs = {
@@ -267,16 +293,16 @@ def regenerate(
                 else:
                     gen_kwargs.update(temperature=None, top_p=None, top_k=None)
                 output = model.generate(**enc, **gen_kwargs)
-                new = output[:, enc["input_ids"].shape[1] :]
-                for row, i in enumerate(active):
-                    ids = new[row].tolist()
+                answers = []
+                for ids in output[:, enc["input_ids"].shape[1] :].tolist():
                     length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
-                    if length is None:
-                        finish[i] = "length"
-                        length = len(ids)
+                    reason = "stop" if length is not None else "length"
+                    length = length or len(ids)
                     stats["new_tokens"] += length
-                    text = tokenizer.decode(ids[:length], skip_special_tokens=True)
-                    conversations[i].append({"role": "assistant", "content": text})
+                    answers.append((tokenizer.decode(ids[:length], skip_special_tokens=True), reason))
+                return answers
+
+            conversations, finish = answer_turn_by_turn(tokenizer, batch, generate_turn)
             for p, conversation, reason in zip(batch, conversations, finish):
                 out.write(conversation_row(p, conversation, reason))
             out.flush()

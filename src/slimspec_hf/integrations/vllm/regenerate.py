@@ -179,25 +179,23 @@ def _report(**fields) -> None:
 
 
 def _answer(llm, tokenizer, prompts: list[dict], params_for) -> tuple[list[list[dict]], list[str], int]:
-    """Answers `prompts` turn by turn (all first turns in one `generate`, then the second turns, ...)."""
-    from ...training.data import render_chat
+    """Answers `prompts` turn by turn (`training.data.answer_turn_by_turn`), one `llm.generate` per turn; returns
+    the conversations, their finish reasons and the number of new tokens."""
+    from ...training.data import answer_turn_by_turn
 
-    conversations = [[dict(m) for m in p["messages"] if m["role"] == "system"] for p in prompts]
-    users = [[m for m in p["messages"] if m["role"] == "user"] for p in prompts]
-    finish = ["stop"] * len(prompts)
     new_tokens = 0
-    for turn in range(max(len(u) for u in users)):
-        active = [i for i in range(len(prompts)) if turn < len(users[i])]
-        for i in active:
-            conversations[i].append(dict(users[i][turn]))
-        texts = [render_chat(tokenizer, conversations[i]) for i in active]
-        params = [params_for(i, turn) for i in active]
-        outputs = llm.generate(texts, params, use_tqdm=False)
-        for i, output in zip(active, outputs):
+
+    def generate_turn(active, turn, texts):
+        nonlocal new_tokens
+        outputs = llm.generate(texts, [params_for(i, turn) for i in active], use_tqdm=False)
+        answers = []
+        for output in outputs:
             completion = output.outputs[0]
             new_tokens += len(completion.token_ids)
-            finish[i] = "length" if completion.finish_reason == "length" else "stop"
-            conversations[i].append({"role": "assistant", "content": completion.text})
+            answers.append((completion.text, "length" if completion.finish_reason == "length" else "stop"))
+        return answers
+
+    conversations, finish = answer_turn_by_turn(tokenizer, prompts, generate_turn)
     return conversations, finish, new_tokens
 
 
@@ -218,7 +216,7 @@ def child_main(argv: list[str] | None = None) -> int:
 
     from vllm import LLM, SamplingParams
 
-    from ...training.data import conversation_row
+    from ...training.data import conversation_row, past_time_box
 
     prompts = [json.loads(line) for line in open(args.prompts, encoding="utf-8")]
     llm = LLM(
@@ -247,7 +245,7 @@ def child_main(argv: list[str] | None = None) -> int:
     with open(args.shard, "a", encoding="utf-8") as out:
         for chunk_start in range(0, len(prompts), args.chunk_size):
             elapsed = time.perf_counter() - start
-            if args.max_seconds is not None and done and elapsed * (1 + args.chunk_size / done) > args.max_seconds:
+            if past_time_box(elapsed, done, args.chunk_size, args.max_seconds):
                 left = len(prompts) - chunk_start
                 break
             chunk = prompts[chunk_start : chunk_start + args.chunk_size]
