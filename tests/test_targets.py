@@ -29,10 +29,10 @@ def test_a_torch_dtype_passes_through():
 
 
 def test_auto_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch):
-    monkeypatch.setattr(targets, "_cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(targets, "cpu_has_native_bf16", lambda: True)
     assert resolve_dtype("auto", "cpu") is torch.bfloat16
     assert resolve_dtype(None) is torch.bfloat16
-    monkeypatch.setattr(targets, "_cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(targets, "cpu_has_native_bf16", lambda: False)
     assert resolve_dtype("auto", "cpu") is torch.float32
     assert resolve_dtype("auto", "meta") is torch.float32  # neither CPU nor CUDA: no native bf16 assumed
 
@@ -51,7 +51,7 @@ def test_cpu_check_survives_a_torch_without_it(monkeypatch):
             raise AttributeError(name)
 
     monkeypatch.setattr(torch.ops, "mkldnn", NoMkldnn(), raising=False)
-    assert targets._cpu_has_native_bf16() is False
+    assert targets.cpu_has_native_bf16() is False
 
 
 def test_a_bad_name_names_dtype_the_value_and_the_choices():

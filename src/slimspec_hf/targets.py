@@ -35,7 +35,7 @@ DTYPE_NAMES = {
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # what the commands offer (`--dtype`)
 
 
-def _cpu_has_native_bf16() -> bool:
+def cpu_has_native_bf16() -> bool:
     """Whether oneDNN reports native bf16 on this CPU (AVX512-BF16 / AMX); False where torch cannot tell."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -56,7 +56,7 @@ def resolve_dtype(dtype: "str | torch.dtype | None" = "auto", device: "str | tor
         if kind == "cuda":
             native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         elif kind == "cpu":
-            native = _cpu_has_native_bf16()
+            native = cpu_has_native_bf16()
         else:
             native = False
         return torch.bfloat16 if native else torch.float32

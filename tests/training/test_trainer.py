@@ -14,7 +14,7 @@ import torch
 from slimspec_hf import SlimSpecDrafterConfig, low_rank_factors
 from slimspec_hf.training.config import SlimSpecConfig
 from slimspec_hf.training.head_init import activation_aware_factors
-from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel
+from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel, emulated_bf16_warning
 
 from ..conftest import make_tiny_drafter, make_tiny_target
 
@@ -538,3 +538,19 @@ def test_activation_checkpointing_trains_to_the_same_weights(tmp_path):
     assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-5)
     for name, value in runs[0][1].items():
         torch.testing.assert_close(runs[1][1][name], value, rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(tmp_path, monkeypatch):
+    from slimspec_hf import targets
+
+    def config(**kwargs):
+        return SlimSpecConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+
+    monkeypatch.setattr(targets, "cpu_has_native_bf16", lambda: False)
+    warning = emulated_bf16_warning(config(bf16=True, target_dtype="bfloat16"))
+    assert "bf16=True and target_dtype=bfloat16" in warning and "--bf16 false" in warning
+    assert "target_dtype=bfloat16" in emulated_bf16_warning(config(target_dtype="bfloat16"))
+    assert emulated_bf16_warning(config(target_dtype="auto")) is None  # auto resolves to fp32 there
+    assert emulated_bf16_warning(config()) is None
+    monkeypatch.setattr(targets, "cpu_has_native_bf16", lambda: True)
+    assert emulated_bf16_warning(config(bf16=True, target_dtype="bfloat16")) is None
