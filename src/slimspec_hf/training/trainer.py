@@ -43,7 +43,8 @@ def emulated_bf16_warning(args: SlimSpecConfig) -> str | None:
     """A warning when training on a CPU asks for bf16 (`bf16` autocast or a bf16 `target_dtype`) that the CPU does
     not compute natively (no AVX512-BF16/AMX, e.g. an AVX2-only x86): oneDNN then emulates it, measured ≈ 14× slower
     than fp32 on the embedded recipe (300 vs 22 s a step, 2 threads, an AVX2 EPYC). None where nothing is emulated."""
-    if not (args.use_cpu or not torch.cuda.is_available()) or targets.cpu_has_native_bf16():
+    on_cpu = args.use_cpu or not torch.cuda.is_available()
+    if not on_cpu or targets.cpu_has_native_bf16():
         return None
     asked = []
     if args.bf16:
