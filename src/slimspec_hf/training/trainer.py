@@ -49,7 +49,7 @@ def emulated_bf16_warning(args: SlimSpecConfig) -> str | None:
     asked = []
     if args.bf16:
         asked.append("bf16=True")
-    if str(args.target_dtype).lower() in ("bfloat16", "bf16"):
+    if targets.resolve_dtype(args.target_dtype, "cpu") is torch.bfloat16:  # "auto" resolves to fp32 there
         asked.append(f"target_dtype={args.target_dtype}")
     if not asked:
         return None
