@@ -9,6 +9,9 @@ combined with `mix_16k` in one comma-separated `dataset_path` (ids must be uniqu
     OMP_NUM_THREADS=1 slimspec prepare-data --engine vllm --target embedded --prompts /tmp/chat_prompts_s1.jsonl \
         --out data/smollm2-135m-instruct/chat_t07_s1 --temperature 0.7 --seed 1 \
         --max-new-tokens 384 --max-prompt-length 512 --threads 1 --dtype bfloat16
+
+`--skip-answered FOLDER` leaves out the prompts already answered there (under any seed) and `--part I/N` keeps every
+N-th of the rest, so that two seeds can answer different halves (the v6 data of the embedded drafter).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True, help="the sampling seed the answers will use")
     parser.add_argument("--out", required=True, help="where to write the JSONL")
     parser.add_argument("--held-out", default=str(DEFAULT_HELD_OUT), help="prepare-data folder whose ids are left out")
+    parser.add_argument("--skip-answered", default=None, help="prepare-data folder whose prompts (any seed) are left out")
+    parser.add_argument("--part", default=None, help="I/N: keep every N-th remaining prompt, starting at the I-th")
     args = parser.parse_args(argv)
     if not Path(args.prompts).is_file():
         print(f"--prompts: {args.prompts} is not a file; pass the training mix (prompts_mix.jsonl).", file=sys.stderr)
@@ -48,13 +53,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--held-out: {args.held_out} is not a prepare-data folder (no data/); pass the evaluation set's.", file=sys.stderr)
         return 2
     skip = held_out_ids(Path(args.held_out))
+    answered = set()
+    if args.skip_answered is not None:
+        if not (Path(args.skip_answered) / "data").is_dir():
+            print(f"--skip-answered: {args.skip_answered} is not a prepare-data folder (no data/).", file=sys.stderr)
+            return 2
+        answered = {key.rsplit("@s", 1)[0] for key in held_out_ids(Path(args.skip_answered))}
+    part, parts = 1, 1
+    if args.part is not None:
+        try:
+            part, parts = (int(x) for x in args.part.split("/"))
+            assert 1 <= part <= parts
+        except (ValueError, AssertionError):
+            print(f"--part: got {args.part!r}; pass I/N with 1 ≤ I ≤ N, e.g. 1/2.", file=sys.stderr)
+            return 2
     kept = []
     with open(args.prompts, encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 row = json.loads(line)
-                if row.get("source") in CHAT_SOURCES and row["id"] not in skip:
+                if row.get("source") in CHAT_SOURCES and row["id"] not in skip and row["id"] not in answered:
                     kept.append({**row, "id": f"{row['id']}@s{args.seed}"})
+    kept = kept[part - 1 :: parts]
     tmp = f"{args.out}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for row in kept:
