@@ -22,7 +22,14 @@ import os
 import sys
 from pathlib import Path
 
-CHAT_SOURCES = ("oasst", "arena_hard_v0.1", "ultrachat_ultra_eval", "self_instruct_user_oriented", "gpteacher_roleplay")
+
+CHAT_SOURCES = (
+    "oasst",
+    "arena_hard_v0.1",
+    "ultrachat_ultra_eval",
+    "self_instruct_user_oriented",
+    "gpteacher_roleplay",
+)
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS = REPO.parent / "shared" / "data" / "train" / "prompts_mix.jsonl"
 DEFAULT_HELD_OUT = REPO / "data" / "smollm2-135m-instruct" / "heldout_mix96"
@@ -43,14 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True, help="the sampling seed the answers will use")
     parser.add_argument("--out", required=True, help="where to write the JSONL")
     parser.add_argument("--held-out", default=str(DEFAULT_HELD_OUT), help="prepare-data folder whose ids are left out")
-    parser.add_argument("--skip-answered", default=None, help="prepare-data folder whose prompts (any seed) are left out")
+    parser.add_argument(
+        "--skip-answered", default=None, help="prepare-data folder whose prompts (any seed) are left out"
+    )
     parser.add_argument("--part", default=None, help="I/N: keep every N-th remaining prompt, starting at the I-th")
     args = parser.parse_args(argv)
     if not Path(args.prompts).is_file():
         print(f"--prompts: {args.prompts} is not a file; pass the training mix (prompts_mix.jsonl).", file=sys.stderr)
         return 2
     if not (Path(args.held_out) / "data").is_dir():
-        print(f"--held-out: {args.held_out} is not a prepare-data folder (no data/); pass the evaluation set's.", file=sys.stderr)
+        print(
+            f"--held-out: {args.held_out} is not a prepare-data folder (no data/); pass the evaluation set's.",
+            file=sys.stderr,
+        )
         return 2
     skip = held_out_ids(Path(args.held_out))
     answered = set()

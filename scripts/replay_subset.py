@@ -18,6 +18,7 @@ import random
 import sys
 from pathlib import Path
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chat_prompts import CHAT_SOURCES  # noqa: E402
 
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     kept = [row for row in rows if row.get("source") in args.keep_sources]
     others = [row for row in rows if row.get("source") not in args.keep_sources]
     if args.others > len(others):
-        print(f"--others: got {args.others}, but {args.data} has {len(others)} rows of other sources.", file=sys.stderr)
+        print(
+            f"--others: got {args.others}, but {args.data} has {len(others)} rows of other sources.", file=sys.stderr
+        )
         return 2
     chosen = kept + random.Random(args.seed).sample(others, args.others)
     chosen.sort(key=lambda row: row["id"])

