@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+from slimspec_hf.utils import atomic_write
 
 
 CHAT_SOURCES = (
@@ -87,11 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row.get("source") in CHAT_SOURCES and row["id"] not in skip and row["id"] not in answered:
                     kept.append({**row, "id": f"{row['id']}@s{args.seed}"})
     kept = kept[part - 1 :: parts]
-    tmp = f"{args.out}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in kept:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, args.out)
+    atomic_write(args.out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
     print(f"{len(kept)} chat prompts ({len(skip)} held-out ids left out) → {args.out}")
     return 0
 

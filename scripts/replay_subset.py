@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
+
+from slimspec_hf.utils import atomic_write
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     chosen = kept + random.Random(args.seed).sample(others, args.others)
     chosen.sort(key=lambda row: row["id"])
-    tmp = f"{args.out}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in chosen:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, args.out)
+    atomic_write(args.out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in chosen))
     print(f"{len(kept)} rows of {', '.join(args.keep_sources)} + {args.others} others → {args.out}")
     return 0
 
