@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from slimspec_hf.training.data import completed_ids
 from slimspec_hf.utils import atomic_write
 
 
@@ -34,15 +35,6 @@ CHAT_SOURCES = (
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS = REPO.parent / "shared" / "data" / "train" / "prompts_mix.jsonl"
 DEFAULT_HELD_OUT = REPO / "data" / "smollm2-135m-instruct" / "heldout_mix96"
-
-
-def held_out_ids(folder: Path) -> set[str]:
-    """The conversation ids of a prepare-data folder (the evaluation set, whose prompts must not be trained on)."""
-    ids = set()
-    for shard in sorted((folder / "data").glob("*.jsonl")):
-        with open(shard, encoding="utf-8") as f:
-            ids.update(json.loads(line)["id"] for line in f if line.strip())
-    return ids
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    skip = held_out_ids(Path(args.held_out))
+    skip = completed_ids(args.held_out)
     answered = set()
     if args.skip_answered is not None:
         if not (Path(args.skip_answered) / "data").is_dir():
             print(f"--skip-answered: {args.skip_answered} is not a prepare-data folder (no data/).", file=sys.stderr)
             return 2
-        answered = {key.rsplit("@s", 1)[0] for key in held_out_ids(Path(args.skip_answered))}
+        answered = {key.rsplit("@s", 1)[0] for key in completed_ids(args.skip_answered)}
     part, parts = 1, 1
     if args.part is not None:
         try:
