@@ -183,3 +183,44 @@ def test_card_states_the_decoding_defaults_of_the_folder(tmp_path):
     assert "It drafts 1 token per round, or, where the latest tokens" in card and "hybrid prompt lookup" in card
     (tmp_path / "generation_config.json").write_text(json.dumps({"draft_tree_size": 8}))
     assert "It drafts a dynamic tree of 8 tokens per round" in str(render_model_card(tmp_path))
+
+
+def _prompt_rows(path, sources):
+    path.write_text(
+        "".join(json.dumps({"id": f"{s}-{i}", "source": s, "messages": []}) + "\n" for i, s in enumerate(sources))
+    )
+    return path
+
+
+def test_datasets_are_the_hub_datasets_of_the_recipes_prompt_sources(tmp_path):
+    data = _prompt_rows(tmp_path / "part.jsonl", ["gsm8k_train", "gsm8k_train", "oasst", "arena_hard_v0.1"])
+    card = str(render_model_card(_config(), recipe={"dataset_path": str(data), "head_rank": 72}))
+    assert _front_matter(card)["datasets"] == ["openai/gsm8k", "lmarena-ai/arena-hard-auto-v0.1"]
+    # every source is named in the body with its upstream, the ones without a Hub copy included
+    assert "| `oasst` | github.com/Open-Assistant/oasst-model-eval | 1 |" in card
+    assert "| `gsm8k_train` | github.com/openai/grade-school-math | 2 |" in card
+    # given datasets win; data that is not on this machine adds nothing
+    card = str(render_model_card(_config(), recipe={"dataset_path": str(data)}, datasets=["org/mine"]))
+    assert _front_matter(card)["datasets"] == ["org/mine"]
+    card = str(render_model_card(_config(), recipe={"dataset_path": str(tmp_path / "elsewhere.jsonl")}))
+    assert "datasets" not in _front_matter(card)
+
+
+def test_written_card_records_the_datasets_for_a_later_push(tmp_path):
+    from slimspec_hf.training.model_card import load_card_inputs, write_model_card
+
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_config()))
+    data = _prompt_rows(tmp_path / "part.jsonl", ["self_instruct_user_oriented", "gpteacher_roleplay"])
+    write_model_card(folder, recipe={"dataset_path": str(data)})
+    data.unlink()  # pushed from a machine without the data: the recorded ids stay
+    assert load_card_inputs(folder)["datasets"] == ["yizhongw/self_instruct"]
+
+
+def test_shipped_card_names_its_prompt_sources_and_licence():
+    folder = REPO_ROOT / "drafters" / "smollm2-135m-instruct-slimspec"
+    meta = _front_matter((folder / "README.md").read_text())
+    assert meta["license"] == "apache-2.0"
+    assert {"openai/gsm8k", "lmarena-ai/arena-hard-auto-v0.1", "yizhongw/self_instruct"} <= set(meta["datasets"])
+    assert json.loads((folder / "slimspec_card.json").read_text())["datasets"] == meta["datasets"]

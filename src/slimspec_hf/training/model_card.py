@@ -96,6 +96,18 @@ RECIPE_TRAINING_FIELDS = {
     "data_seed",
     "gradient_checkpointing",
 }
+# The prompt sources of `slimspec prepare-data` rows (their `source` field), as the card names them: the Hub
+# dataset the prompts come from (None where the prompts have no Hub copy) and the upstream repository. The prompts
+# of `shared/data/train/prompts_mix.jsonl`, which the SmolLM2 recipes regenerate, carry these names.
+PROMPT_SOURCES = {
+    "oasst": (None, "github.com/Open-Assistant/oasst-model-eval"),
+    "arena_hard_v0.1": ("lmarena-ai/arena-hard-auto-v0.1", "github.com/lmarena/arena-hard-auto"),
+    "ultrachat_ultra_eval": (None, "github.com/thunlp/UltraChat"),
+    "self_instruct_user_oriented": ("yizhongw/self_instruct", "github.com/yizhongw/self-instruct"),
+    "gpteacher_roleplay": (None, "github.com/teknium1/GPTeacher"),
+    "gpteacher_codegen": (None, "github.com/teknium1/GPTeacher"),
+    "gsm8k_train": ("openai/gsm8k", "github.com/openai/grade-school-math"),
+}
 # (results key, label) of the measurement conditions shown with each result, in this order.
 RESULT_CONTEXT = (
     ("temperature", "temperature"),
@@ -339,6 +351,43 @@ def load_card_inputs(folder: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def prompt_sources(dataset_path: str | os.PathLike | None) -> dict[str, int] | None:
+    """Conversations per prompt source (the rows' `source` field) of a recipe's `dataset_path`: prepare-data folders
+    or .jsonl files, several separated by commas. None when a part is not on this machine (the card then names only
+    the datasets it was given)."""
+    if not dataset_path:
+        return None
+    counts: dict[str, int] = {}
+    for part in str(dataset_path).split(","):
+        path = Path(part.strip())
+        if path.is_dir() and (path / "data").is_dir():
+            files = sorted((path / "data").glob("*.jsonl"))
+        elif path.is_file() and path.suffix == ".jsonl":
+            files = [path]
+        else:
+            return None
+        for file in files:
+            with open(file, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        source = json.loads(line).get("source")
+                    except json.JSONDecodeError:  # a truncated last line of an interrupted prepare-data
+                        continue
+                    if source:
+                        counts[str(source)] = counts.get(str(source), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1])) or None
+
+
+def hub_datasets(sources: Mapping[str, int] | None) -> list[str]:
+    """The Hub dataset ids of `sources` (see `PROMPT_SOURCES`), each once, in order of conversations."""
+    ids = []
+    for source in sources or ():
+        hub_id = PROMPT_SOURCES.get(source, (None, None))[0]
+        if hub_id and hub_id not in ids:
+            ids.append(hub_id)
+    return ids
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Rendering
 # ----------------------------------------------------------------------------------------------------------------
@@ -453,7 +502,8 @@ def render_model_card(
             the fields that differ from their defaults are listed). Paths and credentials are never copied.
         results: measured results, `{"acceptance_length": 3.1, "rho_tau": 0.99, "speedup": 2.0, "nu": 0.2,
             "dataset": "Spec-Bench", ...}`, a list of such dicts, or a JSON file; they become `model-index` entries.
-        datasets: Hub ids of the training data, for the front matter.
+        datasets: Hub ids of the training data, for the front matter. Left out, they are the Hub datasets of the
+            prompt sources of the recipe's `dataset_path` when that data is on this machine (`PROMPT_SOURCES`).
         revision: the commit the `trust_remote_code=True` snippet pins (a placeholder when unknown).
         repo_id: the drafter's repo id for the snippets (a placeholder when unknown).
         tags: extra tags, added to the SlimSpec ones.
@@ -463,9 +513,16 @@ def render_model_card(
     no `base_model`, with a warning.
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
-    recipe_dict = _public_recipe(_recipe_dict(recipe), _hub_id(config.get("target_model_name_or_path")))
+    full_recipe = _recipe_dict(recipe)
+    recipe_dict = _public_recipe(full_recipe, _hub_id(config.get("target_model_name_or_path")))
     results_list = read_results(results)
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
+    sources = prompt_sources((full_recipe or {}).get("dataset_path"))
+    if not datasets:
+        datasets = hub_datasets(sources)
+    source_rows = [
+        (name, PROMPT_SOURCES.get(name, (None, None))[1], f"{count:,}") for name, count in (sources or {}).items()
+    ]
 
     recorded = config.get("target_model_name_or_path")
     target = _hub_id(recorded)
@@ -559,6 +616,7 @@ def render_model_card(
         recipe_yaml=yaml.safe_dump(recipe_dict, sort_keys=False, allow_unicode=True).strip() if recipe_dict else "",
         results=result_rows,
         datasets=datasets,
+        prompt_sources=source_rows,
         license=license,
         **head,
     )
@@ -580,6 +638,7 @@ def write_model_card(
 
     The inputs are recorded in `model_dir/slimspec_card.json`; an argument left as None keeps what an earlier call
     recorded, so the trainer's recipe survives the benchmark adding results, and `slimspec push` re-renders both.
+    Without `datasets`, the Hub datasets of the recipe's prompt sources are recorded (when its data is here).
     """
     folder = Path(model_dir)
     read_drafter_config(folder)  # fail before writing anything if this is not a drafter folder
@@ -592,6 +651,8 @@ def write_model_card(
         else stored.get("datasets"),
         "license": license if license is not None else stored.get("license"),
     }
+    if not inputs["datasets"]:  # recorded, so that a push from a machine without the data still names them
+        inputs["datasets"] = hub_datasets(prompt_sources((inputs["recipe"] or {}).get("dataset_path"))) or None
     card = render_model_card(folder, repo_id=repo_id, revision=revision, **inputs)
     atomic_write(folder / CARD_INPUTS_FILE, (json.dumps(inputs, indent=2, ensure_ascii=False) + "\n").encode())
     path = folder / "README.md"
@@ -602,7 +663,10 @@ def write_model_card(
 __all__ = [
     "CARD_INPUTS_FILE",
     "TEMPLATE_NAME",
+    "PROMPT_SOURCES",
+    "hub_datasets",
     "load_card_inputs",
+    "prompt_sources",
     "read_drafter_config",
     "read_results",
     "render_model_card",
