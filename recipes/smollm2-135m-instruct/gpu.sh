@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Issue #18 on one lent GPU, in one time-boxed command (README.md, "On one GPU"):
+# More data and more training for the shipped drafter on one GPU, in one time-boxed command (README.md, "On one GPU"):
 #   1. data   `slimspec prepare-data` answers more of the prompt mix with the embedded target in bf16, resuming
 #             data/smollm2-135m-instruct/mix_16k (the folder the CPU job writes: same run config, so each continues
 #             the other), for a share of the budget (`--max-seconds`, then `timeout` as a guard);
 #   2. train  `slimspec train` continues the shipped r = d/8 drafter (warm start from drafters/smollm2-135m-instruct-
-#             slimspec, config_embedded_v3.yaml's recipe) on mix_16k + balanced_4k, online features, bf16, batch 32,
+#             slimspec, with config_embedded_v3.yaml's settings) on mix_16k + balanced_4k, online features, bf16, batch 32,
 #             for `max_steps` sized to the time left and `max_train_seconds` as the clock's stop;
 #   3. report summary.md/summary.json (data rate, steps, tokens, tokens/s, the loss/accuracy curve), gpu.log, and
-#             when $OUT is set (the device tool returns that folder), results.tgz.part-NN + results.sha256: the new
-#             shards and the drafter, split under the tool's 16 MiB a file.
+#             when $OUT is set, results.tgz.part-NN + results.sha256: the new shards and the drafter, in 15 MiB parts
+#             for copy tools that limit a file's size.
 # all within BUDGET_S seconds from the start (default 540).
 #
-#   bash recipes/smollm2-135m-instruct/gpu.sh                 # on the lent machine (after the staging calls)
+#   bash recipes/smollm2-135m-instruct/gpu.sh                 # on the GPU host (after copying .gpu-carry there)
 #   bash recipes/smollm2-135m-instruct/gpu.sh --stage         # a staging call: .gpu-carry -> /tmp/slimspec-carry
-#   bash recipes/smollm2-135m-instruct/gpu.sh --unpack DIR    # here, afterwards: the returned shards into
+#   bash recipes/smollm2-135m-instruct/gpu.sh --unpack DIR    # back on the CPU machine: the returned shards into
 #                                                             # $DATA_OUT/data/, the drafter into $OUTPUT_DIR
 # Settings (environment): BUDGET_S=540 DEVICE=cuda DATA_SHARE=0.4 (of the time left after setup) GEN_BATCH=512
 # MAX_PROMPTS= (all) MAX_NEW_TOKENS=384 PROMPTS= (../shared/data, else the carried copy) DATA_OUT TRAIN_DATA
@@ -33,7 +33,7 @@ if [ "${1:-}" = "--stage" ]; then
   exit 0
 fi
 if [ "${1:-}" = "--unpack" ]; then
-  from=${2:?"--unpack DIR: the folder the device tool returned (results.tgz.part-NN, results.sha256)"}
+  from=${2:?"--unpack DIR: the folder holding results.tgz.part-NN and results.sha256"}
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cat "$from"/results.tgz.part-* >"$work/results.tgz" || exit 2
@@ -111,6 +111,7 @@ use_cpu=false; bf16=true; procs=8; workers=2
 if [ "$DEVICE" = cpu ]; then use_cpu=true; bf16=false; procs=1; workers=0; fi
 say "train: $max_steps steps of $BATCH, at most $train_s s of steps, on $TRAIN_DATA -> $OUTPUT_DIR"
 timeout -s INT -k 30 $((train_s + TRAIN_SETUP_S + 60)) "$PY" -m slimspec_hf.cli train --config "$CONFIG" \
+  --drafter_model drafters/smollm2-135m-instruct-slimspec \
   --dataset_path "$TRAIN_DATA" --output_dir "$OUTPUT_DIR" --overwrite_output_dir true \
   --use_cpu "$use_cpu" --bf16 "$bf16" --features online --cpu_threads 0 --dataset_num_proc "$procs" \
   --dataloader_num_workers "$workers" --per_device_train_batch_size "$BATCH" --gradient_accumulation_steps 1 \
@@ -121,9 +122,9 @@ train_status=${PIPESTATUS[0]}
 train_done_s=$(elapsed)
 say "train: status $train_status after $((train_done_s - data_done_s)) s"
 
-# 3. report, and pack what the CPU pipeline takes (when $OUT is set: the device tool returns only $OUT)
+# 3. report, and pack what the CPU pipeline takes (when $OUT is set)
 # shellcheck disable=SC2086
-"$PY" scripts/gpu_train_summary.py --out "$RESULTS" --data-dir "$DATA_OUT" --new-shards $new_shards \
+"$PY" recipes/smollm2-135m-instruct/gpu_train_summary.py --out "$RESULTS" --data-dir "$DATA_OUT" --new-shards $new_shards \
   --output-dir "$OUTPUT_DIR" --seconds "setup=$setup_s" "data=$((data_done_s - setup_s))" \
   "train=$((train_done_s - data_done_s))" --status "data=$data_status" "train=$train_status" \
   --setting "budget_s=$BUDGET_S" "device=$DEVICE" "gen_batch=$GEN_BATCH" "batch=$BATCH" "max_steps=$max_steps" \

@@ -17,7 +17,7 @@ from slimspec_hf.commands.common import looks_like_path
 from ..conftest import REPO_ROOT, make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
-RECIPE = REPO_ROOT / "recipes" / "smollm2-135m-instruct" / "slimspec" / "config_cpu.yaml"
+RECIPE = REPO_ROOT / "recipes" / "smollm2-135m-instruct" / "slimspec" / "config_embedded_v1.yaml"
 
 
 def _snapshot(folder: Path) -> set[str]:

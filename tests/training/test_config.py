@@ -10,8 +10,9 @@ from slimspec_hf.training.config import SlimSpecConfig
 
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-TRAIN_RECIPES = sorted(RECIPES.glob("*/slimspec/config_*.yaml"))
+TRAIN_RECIPES = sorted([*RECIPES.glob("*/slimspec/config_*.yaml"), *RECIPES.glob("*/ablations/config_*.yaml")])
 SMOLLM2 = RECIPES / "smollm2-135m-instruct" / "slimspec"
+ABLATIONS = RECIPES / "smollm2-135m-instruct" / "ablations"
 
 
 def parse(path, *extra):
@@ -26,8 +27,9 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+# The shipped drafter's stages, in order; each stage after the first starts from the one before.
+STAGES = tuple(f"config_embedded_v{n}.yaml" for n in range(1, 7))
 SIDE_BY_SIDE = (
-    "config_cpu.yaml",
     "config_full_head.yaml",
     "config_trimmed.yaml",
     "config_target_head.yaml",
@@ -37,8 +39,10 @@ SIDE_BY_SIDE = (
 
 
 def test_expected_recipes_exist():
-    names = {p.name for p in SMOLLM2.glob("config_*.yaml")}
-    assert set(SIDE_BY_SIDE) | {"config_embedded_v1.yaml"} <= names
+    assert {p.name for p in SMOLLM2.glob("config_*.yaml")} == set(STAGES)
+    assert {p.name for p in ABLATIONS.glob("config_*.yaml")} == set(SIDE_BY_SIDE)
+    ablations_readme = (ABLATIONS / "README.md").read_text()
+    assert all(f"`{name}`" in ablations_readme for name in SIDE_BY_SIDE)
     for target in ("llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b", "smollm2-135m-instruct"):
         assert (RECIPES / target / "README.md").is_file()
         assert list((RECIPES / target / "slimspec").glob("config_*.yaml"))
@@ -53,17 +57,24 @@ def test_recipe_parses(path):
     assert not hasattr(model_args, "model_name_or_path")  # the target is `target_model`
 
 
-def test_smollm2_variants_differ_only_in_the_head():
+def test_smollm2_ablations_differ_from_the_first_stage_only_in_the_head():
     head_keys = {"head_type", "head_rank", "head_init", "draft_vocab_size", "output_dir"}
-    base = yaml.safe_load((SMOLLM2 / "config_cpu.yaml").read_text())
+    base = yaml.safe_load((SMOLLM2 / "config_embedded_v1.yaml").read_text())
     for name in SIDE_BY_SIDE:
-        path = SMOLLM2 / name
+        path = ABLATIONS / name
         other = yaml.safe_load(path.read_text())
         differing = {k for k in set(base) | set(other) if base.get(k) != other.get(k)}
         assert differing <= head_keys, (path.name, differing)
-    assert parse(SMOLLM2 / "config_rank36.yaml")[0].head_rank == 576 // 16
-    assert parse(SMOLLM2 / "config_rank144.yaml")[0].head_rank == 576 // 4
-    assert parse(SMOLLM2 / "config_cpu.yaml")[0].head_rank == 576 // 8
+    assert parse(ABLATIONS / "config_rank36.yaml")[0].head_rank == 576 // 16
+    assert parse(ABLATIONS / "config_rank144.yaml")[0].head_rank == 576 // 4
+    assert parse(SMOLLM2 / "config_embedded_v1.yaml")[0].head_rank == 576 // 8
+
+
+def test_later_stages_warm_start_from_the_shipped_folder():
+    """Stage n starts from `drafters/`, where stage n - 1 was shipped; the first stage starts a new drafter."""
+    assert parse(SMOLLM2 / STAGES[0])[0].drafter_model is None
+    for name in STAGES[1:]:
+        assert parse(SMOLLM2 / name)[0].drafter_model == "drafters/smollm2-135m-instruct-slimspec", name
 
 
 def test_shipped_drafter_recipe_names_its_committed_data():
@@ -84,26 +95,26 @@ def test_paper_setups(target):
 
 
 def test_command_line_overrides_the_recipe():
-    args, _ = parse(SMOLLM2 / "config_cpu.yaml", "--max_steps", "7", "--head_rank", "36")
+    args, _ = parse(SMOLLM2 / "config_embedded_v1.yaml", "--max_steps", "7", "--head_rank", "36")
     assert args.max_steps == 7 and args.head_rank == 36
 
 
 def test_unknown_keys_fail(tmp_path):
-    recipe = yaml.safe_load((SMOLLM2 / "config_cpu.yaml").read_text())
+    recipe = yaml.safe_load((SMOLLM2 / "config_embedded_v1.yaml").read_text())
     recipe["head_rnak"] = 36
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(recipe))
     with pytest.raises(ValueError, match="head_rnak"):
         parse(bad)
     with pytest.raises((ValueError, SystemExit), match="no_such_flag|"):
-        parse(SMOLLM2 / "config_cpu.yaml", "--no_such_flag", "1")
+        parse(SMOLLM2 / "config_embedded_v1.yaml", "--no_such_flag", "1")
 
 
 def test_invalid_values_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="step_loss_decay"):
-        parse(SMOLLM2 / "config_cpu.yaml", "--step_loss_decay", "1.5")
+        parse(SMOLLM2 / "config_embedded_v1.yaml", "--step_loss_decay", "1.5")
     with pytest.raises(SystemExit):  # argparse choices
-        parse(SMOLLM2 / "config_cpu.yaml", "--head_init", "pca")
+        parse(SMOLLM2 / "config_embedded_v1.yaml", "--head_init", "pca")
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "deepspeed_zero2"])

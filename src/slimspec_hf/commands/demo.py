@@ -19,10 +19,12 @@ import warnings
 import torch
 
 
+# Ordinary requests whose greedy answers from the embedded target read as normal text: none degenerates into a
+# repeated list within 128 tokens, which would hand prompt lookup a copy to draft from and flatter every figure.
 PROMPTS = [
     "Explain in three sentences why the sky is blue.",
     "Write a Python function that checks whether a string is a palindrome.",
-    "Give me a short packing list for a weekend hiking trip.",
+    "Write a short email to a colleague asking to move our meeting to Friday.",
 ]
 
 

@@ -6,7 +6,7 @@ agree with the target, however well trained: the coverage caps its per-token agr
 assistant turns of regenerated conversations (`slimspec prepare-data` output), split into those a subset file
 lists (e.g. the training subset) and the rest:
 
-    python scripts/vocab_coverage.py outputs/v1-trimmed data/smollm2-135m-instruct/balanced_4k \
+    python experiments/vocab_coverage/vocab_coverage.py outputs/v1-trimmed data/smollm2-135m-instruct/balanced_4k \
         --subset data/smollm2-135m-instruct/subsets/embedded_drafter_v1.jsonl
 """
 

@@ -1,10 +1,10 @@
 """Training throughput and loss curve of short SmolLM2 runs, one variant per call, compared side by side.
 
     # one run per variant (each appends a JSON line to --record); any SlimSpecConfig field can be overridden:
-    python scripts/bench_training.py --name today --record runs.jsonl
-    python scripts/bench_training.py --name bf16 --record runs.jsonl --bf16 true --target_dtype bfloat16
+    python experiments/training_throughput/bench_training.py --name today --record runs.jsonl
+    python experiments/training_throughput/bench_training.py --name bf16 --record runs.jsonl --bf16 true --target_dtype bfloat16
     # the table (tokens/s as a ratio to the first run that trained, loss / kl_0 / acc_0 at each logged step):
-    python scripts/bench_training.py --table runs.jsonl
+    python experiments/training_throughput/bench_training.py --table runs.jsonl
 
 Every run trains `--steps` optimiser steps on the same conversations (`--max_samples` drawn with the same seed,
 same batches), warm-started from the shipped drafter unless `--drafter_model` says otherwise. The time is

@@ -1,6 +1,6 @@
 """Side-by-side decoding settings of one drafter on the embedded target: tok/s, speed-up over the target alone, τ.
 
-    OMP_NUM_THREADS=1 python scripts/bench_draft_settings.py [--dtype bfloat16] [--dataset mt_bench] [--per-category 1]
+    OMP_NUM_THREADS=1 python experiments/draft_settings/bench_draft_settings.py [--dtype bfloat16] [--dataset mt_bench] [--per-category 1]
         [--max-new-tokens 128] [--systems target,k1,k2,k3,hk1,pld]
 
 A one-off for choosing the shipped drafter's `generation_config` (docs/results.md): every system runs on every

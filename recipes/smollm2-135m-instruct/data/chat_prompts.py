@@ -1,17 +1,17 @@
-"""Write the chat-domain prompts of the training mix with a per-seed id suffix, for sampled regeneration (#18).
+"""Write the chat-domain prompts of the training mix with a per-seed id suffix, for sampled regeneration.
 
 The mix's chat sources (OpenAssistant, Arena-Hard, UltraChat, self-instruct, GPTeacher role-play) are the prompts
 closest to MT-Bench. Their greedy answers are in `mix_16k`; answers *sampled* from the target (several seeds) add
 new chat contexts for the same prompts. Each seed's prompts get the id suffix `@s<seed>` so that the folders can be
 combined with `mix_16k` in one comma-separated `dataset_path` (ids must be unique there).
 
-    python scripts/chat_prompts.py --seed 1 --out /tmp/chat_prompts_s1.jsonl
+    python recipes/smollm2-135m-instruct/data/chat_prompts.py --seed 1 --out /tmp/chat_prompts_s1.jsonl
     OMP_NUM_THREADS=1 slimspec prepare-data --engine vllm --target embedded --prompts /tmp/chat_prompts_s1.jsonl \
         --out data/smollm2-135m-instruct/chat_t07_s1 --temperature 0.7 --seed 1 \
         --max-new-tokens 384 --max-prompt-length 512 --threads 1 --dtype bfloat16
 
 `--skip-answered FOLDER` leaves out the prompts already answered there (under any seed) and `--part I/N` keeps every
-N-th of the rest, so that two seeds can answer different halves (the v6 data of the embedded drafter).
+N-th of the rest, so that two seeds can answer different halves (how the chat stage of the shipped drafter got its data).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ CHAT_SOURCES = (
     "self_instruct_user_oriented",
     "gpteacher_roleplay",
 )
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PROMPTS = REPO.parent / "shared" / "data" / "train" / "prompts_mix.jsonl"
 DEFAULT_HELD_OUT = REPO / "data" / "smollm2-135m-instruct" / "heldout_mix96"
 

@@ -1,7 +1,7 @@
 """Summary of a `recipes/*/gpu.sh` run: the data phase (conversations regenerated) and the training phase (steps,
 tokens, tokens/s, the logged loss/accuracy curve), as summary.json and summary.md.
 
-    python scripts/gpu_train_summary.py --out DIR --data-dir DATA --new-shards S1 [S2 ...] --output-dir DRAFTER \
+    python recipes/smollm2-135m-instruct/gpu_train_summary.py --out DIR --data-dir DATA --new-shards S1 [S2 ...] --output-dir DRAFTER \
         --seconds setup=40 data=200 train=250 --status data=0 train=0 [--setting key=value ...]
 """
 

@@ -1,7 +1,7 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """Side by side: how fast each `slimspec prepare-data` engine regenerates the same prompts (one run, one table).
 
-    OMP_NUM_THREADS=1 python scripts/bench_prepare_data.py --prompts ../shared/data/train/prompts_mix.jsonl \\
+    OMP_NUM_THREADS=1 python experiments/prepare_data_engines/bench_prepare_data.py --prompts ../shared/data/train/prompts_mix.jsonl \\
         --limit 128 --max-new-tokens 384 --dtype bfloat16 --threads 1 [--engines transformers vllm]
 
 Each engine runs `slimspec prepare-data` in its own process, one after the other, on the same prompts (a seeded

@@ -1,6 +1,6 @@
 """What one SlimSpec drafter step costs on this CPU, against its matmuls alone (issue 3's overhead check).
 
-    python scripts/drafter_step_cost.py [--drafter DIR] [--context 200] [--rounds 300]
+    python experiments/drafter_step_cost/drafter_step_cost.py [--drafter DIR] [--context 200] [--rounds 300]
 
 Times, interleaved: one cached drafter step (batch 1, one new position after `--context` cached ones), the same
 step's linear layers alone (same weights, same order, so the weights stream from memory as in the step), and the

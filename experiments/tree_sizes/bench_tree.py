@@ -3,7 +3,7 @@
 Greedy, interleaved (every method runs on a prompt before the next prompt), one MT-Bench first turn per category,
 on the embedded SmolLM2-135M-Instruct target with the shipped drafter. Prints a markdown table per dtype.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_tree.py --dtypes bfloat16 float32 --max-new-tokens 128
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/tree_sizes/bench_tree.py --dtypes bfloat16 float32 --max-new-tokens 128
 """
 
 import argparse
@@ -18,7 +18,7 @@ from slimspec_hf import load_embedded_target
 from slimspec_hf.tree_slimspec import slimspec_tree_generate
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def first_turns(path: Path, count: int) -> list[tuple[str, str]]:

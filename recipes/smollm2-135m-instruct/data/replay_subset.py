@@ -3,7 +3,7 @@
 A training stage aimed at one domain replays the rest of the data at a lower rate so that it is not forgotten. The
 v6 stage of the embedded drafter keeps all of mix_16k's chat-source answers and 2,000 of its GSM8K / code answers:
 
-    python scripts/replay_subset.py --data data/smollm2-135m-instruct/mix_16k --others 2000 --seed 0 \
+    python recipes/smollm2-135m-instruct/data/replay_subset.py --data data/smollm2-135m-instruct/mix_16k --others 2000 --seed 0 \
         --out data/smollm2-135m-instruct/subsets/mix_16k_chat_replay2k.jsonl
 
 The rows are written unchanged (the same ids), sorted by id; the evaluation set's ids are left out by the trainer.
