@@ -1,4 +1,4 @@
-"""One-off measurement for issue #19: dynamic-tree drafting vs chain drafting vs the target alone.
+"""One-off measurement: dynamic-tree drafting vs chain drafting vs the target alone.
 
 Greedy, interleaved (every method runs on a prompt before the next prompt), one MT-Bench first turn per category,
 on the embedded SmolLM2-135M-Instruct target with the shipped drafter. Prints a markdown table per dtype.

@@ -1,7 +1,7 @@
-"""Write a seeded replay subset of a prepare-data folder: every row of some sources, N rows of the others (#18).
+"""Write a seeded replay subset of a prepare-data folder: every row of some sources, N rows of the others.
 
 A training stage aimed at one domain replays the rest of the data at a lower rate so that it is not forgotten. The
-v6 stage of the embedded drafter keeps all of mix_16k's chat-source answers and 2,000 of its GSM8K / code answers:
+chat stage of the shipped drafter (v6) keeps all of mix_16k's chat-source answers and 2,000 of its GSM8K / code answers:
 
     python recipes/smollm2-135m-instruct/data/replay_subset.py --data data/smollm2-135m-instruct/mix_16k --others 2000 --seed 0 \
         --out data/smollm2-135m-instruct/subsets/mix_16k_chat_replay2k.jsonl
