@@ -83,3 +83,14 @@ def test_every_named_repository_path_exists():
         if not (REPO_ROOT / path).exists() and not ((REPO_ROOT / doc).parent / path).exists()
     ]
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
+
+
+def test_no_library_module_imports_scripts_or_experiments():
+    """`scripts/` and `experiments/` sit beside the package: the package never reaches into them."""
+    imports = re.compile(r"^\s*(?:from|import)\s+(?:scripts|experiments)\b|sys\.path.*(?:scripts|experiments)", re.M)
+    offenders = [
+        str(path.relative_to(REPO_ROOT))
+        for path in (REPO_ROOT / "src").rglob("*.py")
+        if imports.search(path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, offenders
