@@ -21,17 +21,13 @@ TAU_FLOOR = 1.1
 
 def test_shipped_folder_is_complete_small_and_bf16():
     folder = EMBEDDED_DRAFTER_DIR
-    for name in (
-        "config.json",
-        "model.safetensors",
-        "README.md",
-        "configuration_slimspec.py",
-        "modeling_slimspec.py",
-        "generation_slimspec.py",
-        "heads_slimspec.py",
-        "tree_slimspec.py",
-    ):
+    from slimspec_hf.interop.hub import PACKAGE_DIR, REMOTE_CODE_FILES
+
+    for name in ("config.json", "model.safetensors", "README.md", *REMOTE_CODE_FILES):
         assert (folder / name).is_file(), name
+    for name in REMOTE_CODE_FILES:  # the remote code a trust_remote_code user runs is the package's own
+        assert (folder / name).read_text() == (PACKAGE_DIR / name).read_text(), f"{name}: re-copy it from src/"
+    assert not [p.name for p in folder.glob("*.py") if p.name not in REMOTE_CODE_FILES]
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     assert size <= 20 * 2**20, f"{size / 2**20:.1f} MiB"
     with safe_open(str(folder / "model.safetensors"), framework="pt") as f:

@@ -1,4 +1,4 @@
-"""`target.generate(**inputs, assistant_model=drafter)`: lossless greedy and sampling, validation, the hook."""
+"""`target.generate(**inputs, assistant_model=drafter)`: lossless greedy and sampling, validation, the seam."""
 
 import math
 import warnings
@@ -9,7 +9,8 @@ import transformers.generation.utils
 from transformers import GenerationMixin, LlamaForCausalLM, TextStreamer
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
-from slimspec_hf import SlimSpecCandidateGenerator, SlimSpecDrafterForCausalLM, install_generation_hook
+from slimspec_hf import SlimSpecDrafterForCausalLM, decoding_slimspec, drafting_slimspec, install_generation_hook
+from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target, tiny_target_config
 
@@ -356,19 +357,22 @@ def test_speculative_sampling_matches_the_target_distribution():
         stat, dof = _chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
-    # The same test fails for a generator that returns logits other than those it sampled from.
-    original = SlimSpecCandidateGenerator.get_candidates
+    # The same test fails for a rule that tests the drafted tokens against another q than they were drawn from.
+    expand = drafting_slimspec.TreeDrafter.expand
 
-    def wrong(self, *args, **kwargs):
-        ids, logits = original(self, *args, **kwargs)
-        return ids, None if logits is None else logits * 0.2
+    def flattened_q(self, tree, frontier, logits):
+        children = expand(self, tree, frontier, logits)
+        for proposals in tree.proposals.values():
+            for proposal in proposals:
+                proposal.q = torch.softmax(proposal.q.log() * 0.2, dim=-1)
+        return children
 
-    SlimSpecCandidateGenerator.get_candidates = wrong
+    drafting_slimspec.TreeDrafter.expand = flattened_q
     try:
         counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
     finally:
-        SlimSpecCandidateGenerator.get_candidates = original
-    stat, dof = _chi_square(counts[1], exact[1])  # measured: 230–250 for this bug, 13–19 for the right rule
+        drafting_slimspec.TreeDrafter.expand = expand
+    stat, dof = _chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
 
 
@@ -411,11 +415,12 @@ def test_target_of_another_depth_warns():
 
 
 def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
-    hook = GenerationMixin._get_candidate_generator
+    make_tiny_drafter(make_tiny_target())  # building a drafter installs the wrapper
+    hook = GenerationMixin.generate
     install_generation_hook()
     install_generation_hook()
-    assert GenerationMixin._get_candidate_generator is hook
-    assert getattr(hook, "_slimspec_hook", 0) >= 2 and not getattr(hook.__wrapped__, "_slimspec_hook", False)
+    assert GenerationMixin.generate is hook and hook._slimspec_dispatch
+    assert not getattr(hook.__wrapped__, "_slimspec_dispatch", False)  # wrapped once, not twice
 
     built = []
 
@@ -439,24 +444,38 @@ def test_hook_is_installed_once_and_defers_for_other_assistants(monkeypatch):
     assert built == [Recording] and drafter.last_generation_stats.rounds > 0  # ours for a SlimSpec drafter
 
 
-def test_an_older_hook_is_replaced_by_a_newer_one(monkeypatch):
-    from slimspec_hf import generation_slimspec
+def test_the_seam_binds_what_it_relies_on_by_name():
+    """The wrapper reads `generate()`'s parameters by name and hands the loop over as a `custom_generate` callable:
+    a transformers release that renames them, or that forwards its own keys under the loop's names, fails here."""
+    import inspect
 
-    names = ("_get_candidate_generator", "_prepare_generation_config", "_validate_generation_mode")
-    current = {n: getattr(GenerationMixin, n) for n in names}
-    originals = {n: generation_slimspec._unwrap_slimspec(f) for n, f in current.items()}
-    for name in current:  # what an older copy (e.g. a remote-code drafter loaded first) would have left behind
-        monkeypatch.setattr(GenerationMixin, name, originals[name])
-    monkeypatch.setattr(generation_slimspec, "_HOOK_VERSION", 1)
-    install_generation_hook()
-    old_hook = GenerationMixin._get_candidate_generator
-    assert old_hook._slimspec_hook == 1
-    monkeypatch.setattr(generation_slimspec, "_HOOK_VERSION", 2)
-    install_generation_hook()
-    new_hook = GenerationMixin._get_candidate_generator
-    assert new_hook is not old_hook and new_hook._slimspec_hook == 2
-    for name, original in originals.items():  # the old wrappers were removed, not wrapped again
-        assert getattr(GenerationMixin, name).__wrapped__ is original
+    make_tiny_drafter(make_tiny_target())
+    parameters = inspect.signature(GenerationMixin.generate.__wrapped__).parameters
+    assert set(GENERATE_PARAMETERS) <= set(parameters)
+    assert parameters["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+    # generate() passes a callable the keys its own loops lack (`_sample` is the reference it compares with)
+    usual = set(inspect.signature(GenerationMixin._sample).parameters)
+    ours = set(inspect.signature(decoding_slimspec.slimspec_generate).parameters)
+    assert {"drafter", "draft_settings", "draft_streamer"} <= ours - usual
+    assert {"input_ids", "logits_processor", "stopping_criteria", "generation_config"} <= usual & ours
+    assert "streamer" in usual and "assistant_model" not in usual  # why the drafter and streamer are renamed
+
+
+def test_importing_patches_nothing_and_loading_a_drafter_installs_the_wrapper(tmp_path):
+    script = f"""
+import slimspec_hf
+from transformers import AutoModelForCausalLM, GenerationMixin
+assert not getattr(GenerationMixin.generate, "_slimspec_dispatch", False), "patched on import"
+AutoModelForCausalLM.from_pretrained({str(tmp_path)!r})
+assert GenerationMixin.generate._slimspec_dispatch
+print("ok")
+"""
+    import subprocess
+    import sys
+
+    make_tiny_drafter(make_tiny_target()).save_pretrained(tmp_path)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
 @pytest.mark.integration
@@ -487,11 +506,11 @@ def test_greedy_identity_on_smollm2(embedded_target):
 
 
 def test_lookup_continuation_takes_the_longest_most_recent_match():
-    from slimspec_hf.generation_slimspec import lookup_continuation
+    from slimspec_hf.drafting_slimspec import lookup_continuation
 
     def run(tokens, max_ngram, num_tokens):
         found = lookup_continuation(torch.tensor(tokens), max_ngram, num_tokens)
-        return None if found is None else (found[0].tolist(), found[1])
+        return None if found is None else (found.tokens, found.ngram)
 
     # "2 3" occurs at 2 and 7 ("0 2 3" nowhere earlier): the most recent earlier one, followed by 7 8 0 ...
     assert run([5, 1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 0, 2, 3], 4, 3) == ([7, 8, 0], 2)
@@ -602,24 +621,23 @@ def test_hybrid_sampling_matches_the_target_distribution(settings):
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
     # Claiming a lookup draft came from a uniform distribution (it is deterministic) breaks the acceptance rule.
-    original = SlimSpecCandidateGenerator.get_candidates
+    graft = drafting_slimspec.DraftTree.graft
     sources = set()
 
-    def wrong(self, input_ids, *args, **kwargs):
-        ids, logits = original(self, input_ids, *args, **kwargs)
-        sources.add(self._round[0])
-        if logits is None and ids.shape[1] > input_ids.shape[1]:
-            logits = torch.zeros(1, ids.shape[1] - input_ids.shape[1], target.config.vocab_size)
-        elif logits is not None:  # a chain extended by lookup: its one-hot rows become uniform
-            logits = torch.where(torch.isinf(logits), torch.zeros_like(logits), logits)
-        return ids, logits
+    def uniform(self, tokens, below=drafting_slimspec.ROOT):
+        graft(self, tokens, below)
+        sources.add(self.source)
+        for proposals in self.proposals.values():
+            for proposal in proposals:
+                if proposal.q is None:
+                    proposal.q = torch.full((target.config.vocab_size,), 1.0 / target.config.vocab_size)
 
-    SlimSpecCandidateGenerator.get_candidates = wrong
+    drafting_slimspec.DraftTree.graft = uniform
     try:
         counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0, **sample)
     finally:
-        SlimSpecCandidateGenerator.get_candidates = original
-    assert sources & {"lookup", "drafter+lookup"}, sources
+        drafting_slimspec.DraftTree.graft = graft
+    assert sources & {"lookup", "drafter"}, sources
     stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
     assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats
 

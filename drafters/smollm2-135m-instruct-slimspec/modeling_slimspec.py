@@ -1,20 +1,19 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""SlimSpec drafters: the EAGLE-3 backbone and the model (heads in `heads_slimspec.py`, decoding in
-`generation_slimspec.py`).
+"""SlimSpec drafters: the EAGLE-3 backbone and the model (heads in `heads_slimspec.py`, its KV cache in
+`cache_slimspec.py`, decoding in `decoding_slimspec.py`).
 
 Self-contained on purpose: it imports only `torch`, `transformers` and its siblings, so that
 `save_pretrained` can copy it next to the weights and `AutoModelForCausalLM.from_pretrained(...,
-trust_remote_code=True)` works where `slimspec_hf` is not installed. Loading it (either way) installs the
-`generate()` hook that makes `target.generate(**inputs, assistant_model=drafter)` draft with SlimSpec.
+trust_remote_code=True)` works where `slimspec_hf` is not installed. Building or loading a drafter (either way)
+installs the `generate()` wrapper that makes `target.generate(**inputs, assistant_model=drafter)` draft with
+SlimSpec (`generation_slimspec.install_generation_hook`).
 
 Shapes: B batch, T positions, d drafter width, d_t target width, V vocabulary, r head rank, K trimmed vocab.
 """
 
-import json
 import math
 import os
 import shutil
-import struct
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +25,13 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from .cache_slimspec import SlimSpecDrafterCache
 from .configuration_slimspec import SlimSpecDrafterConfig
+from .decoding_slimspec import generate_with_drafter
+from .generation_slimspec import draft_generation_config, install_generation_hook
 from .heads_slimspec import (  # noqa: F401  (re-exported: the heads are part of the model's API)
     FullHead,
     LowRankHead,
@@ -38,48 +41,6 @@ from .heads_slimspec import (  # noqa: F401  (re-exported: the heads are part of
     low_rank_factors,
     store_column_major,
 )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# KV cache of the drafter's single layer
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class SlimSpecDrafterCache:
-    """Keys/values of the drafter's one attention layer, preallocated and croppable.
-
-    Holds positions computed from the target's features (committed) and, during a round, the drafter's own
-    drafted positions; `crop(n)` drops everything after the first n positions.
-    """
-
-    def __init__(self):
-        self.keys: torch.Tensor | None = None  # (B, H_kv, capacity, hd)
-        self.values: torch.Tensor | None = None
-        self.length = 0
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        new = keys.shape[2]
-        needed = self.length + new
-        if self.keys is None or needed > self.keys.shape[2] or self.keys.dtype != keys.dtype:
-            capacity = max(needed, 2 * (self.keys.shape[2] if self.keys is not None else 0), 64)
-            grown_k = keys.new_empty((keys.shape[0], keys.shape[1], capacity, keys.shape[3]))
-            grown_v = values.new_empty((values.shape[0], values.shape[1], capacity, values.shape[3]))
-            if self.length:
-                grown_k[:, :, : self.length] = self.keys[:, :, : self.length]
-                grown_v[:, :, : self.length] = self.values[:, :, : self.length]
-            self.keys, self.values = grown_k, grown_v
-        self.keys[:, :, self.length : needed] = keys
-        self.values[:, :, self.length : needed] = values
-        self.length = needed
-        return self.keys[:, :, :needed], self.values[:, :, :needed]
-
-    def crop(self, length: int) -> None:
-        if length < 0:
-            length = max(0, self.length + length)
-        self.length = min(self.length, length)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,14 +193,11 @@ class SlimSpecDrafterPreTrainedModel(PreTrainedModel):
         elif isinstance(module, LlamaRMSNorm):
             nn.init.ones_(module.weight)
         elif isinstance(module, LlamaRotaryEmbedding):
-            inv_freq, _ = (
-                module.compute_default_rope_parameters(module.config)
-                if module.rope_type == "default"
-                else (
-                    module.inv_freq,
-                    None,
-                )
-            )
+            # from the config, whatever the RoPE type: `from_pretrained` starts from empty buffers
+            if module.rope_type == "default":
+                inv_freq, _ = module.compute_default_rope_parameters(module.config)
+            else:
+                inv_freq, _ = ROPE_INIT_FUNCTIONS[module.rope_type](module.config, module.inv_freq.device)
             module.inv_freq.copy_(inv_freq)
             module.original_inv_freq.copy_(inv_freq)
 
@@ -279,9 +237,8 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         self.post_init()
         # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
         # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
-        from .generation_slimspec import draft_generation_config
-
         self.generation_config = draft_generation_config(config)
+        install_generation_hook()  # idempotent: `target.generate(..., assistant_model=self)` reaches slimspec_generate
 
     # -- borrowing from the target -----------------------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module | None:
@@ -300,23 +257,19 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             self.lm_head.set_target_head(target.get_output_embeddings())
         return self
 
-    def make_candidate_generator(self, target, generation_config, logits_processor=None, input_ids=None):
-        """The candidate generator `target.generate(..., assistant_model=self)` uses (see `install_generation_hook`).
+    def slimspec_generate(self, generate, arguments: dict):
+        """Runs a `target.generate(..., assistant_model=self)` call (bound by name by the wrapper that
+        `install_generation_hook` puts on `GenerationMixin.generate`) with this drafter's decoding loop."""
+        return generate_with_drafter(self, generate, arguments)
 
-        The drafting settings are the drafter's `generation_config`, overridden by what the caller passed to
-        `generate()` (`num_assistant_tokens`, `assistant_confidence_threshold`, `draft_lookup`, ...).
-        """
-        from .generation_slimspec import DraftSettings, SlimSpecCandidateGenerator
-
-        if input_ids is not None and input_ids.shape[0] != 1:
-            raise ValueError(
-                f"SlimSpec drafting is batch-1 (as is assisted generation in transformers); got batch size "
-                f"{input_ids.shape[0]}. Call `generate` once per prompt."
-            )
-        settings = DraftSettings.resolve(self.generation_config, getattr(generation_config, "slimspec_overrides", {}))
-        return SlimSpecCandidateGenerator(
-            self, target, generation_config, logits_processor, settings=settings, validate=False
-        )
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Publishes weights, config, remote code and the SlimSpec model card (`slimspec_hf.interop.hub`); where the
+        package is not installed (remote code), transformers' own `push_to_hub` with its generic card."""
+        try:
+            from slimspec_hf.interop.hub import push_to_hub
+        except ImportError:
+            return super().push_to_hub(repo_id, **kwargs)
+        return push_to_hub(self, repo_id, **kwargs)
 
     def tie_weights(self, *args, **kwargs):
         return  # nothing to tie: the embedding is borrowed, the head is the drafter's own
@@ -493,6 +446,8 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
 
 def check_safetensors_checkpoint(folder: str) -> None:
     """Refuses a folder whose weights are not safetensors, or whose safetensors files are truncated."""
+    from safetensors import SafetensorError, safe_open
+
     names = sorted(os.listdir(folder))
     tensors = [n for n in names if n.endswith(".safetensors")]
     pickled = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
@@ -504,22 +459,13 @@ def check_safetensors_checkpoint(folder: str) -> None:
         )
     for name in tensors:
         path = os.path.join(folder, name)
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
-            head = handle.read(8)
-            header_len = struct.unpack("<Q", head)[0] if len(head) == 8 else None
-            if header_len is None or header_len > size - 8:
-                raise ValueError(f"{path!r} is truncated or not a safetensors file ({size} bytes); re-save it.")
-            try:
-                header = json.loads(handle.read(header_len))
-            except ValueError as err:
-                raise ValueError(f"{path!r} has an unreadable safetensors header ({err}); re-save it.") from None
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        if 8 + header_len + end > size:
+        try:
+            with safe_open(path, framework="pt"):
+                pass  # the header is read and checked against the file's size
+        except (SafetensorError, OSError, ValueError) as err:
             raise ValueError(
-                f"{path!r} is truncated: its header describes {8 + header_len + end} bytes, the file has {size}. "
-                "Re-save or re-download it."
-            )
+                f"{path!r} is truncated or not a safetensors file ({err}); re-save or re-download it."
+            ) from None
 
 
 def ttt_attention(
@@ -553,12 +499,6 @@ def ttt_attention(
     for j, (_, v_j) in enumerate(context[1:]):
         out = out + probs[..., seq_len + j : seq_len + j + 1] * expand(v_j)
     return out
-
-
-from .generation_slimspec import install_generation_hook  # noqa: E402  (after the model: the generator uses it)
-
-
-install_generation_hook()
 
 
 __all__ = [

@@ -1,8 +1,8 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """slimspec-hf: SlimSpec speculative-decoding drafters (EAGLE-3 backbone, low-rank LM head) for transformers.
 
-Importing the package registers the drafter with `AutoConfig`/`AutoModelForCausalLM` and installs the
-`generate()` hook, so that `target.generate(**inputs, assistant_model=drafter)` drafts with SlimSpec.
+Importing the package registers the drafter with `AutoConfig`/`AutoModelForCausalLM`; building or loading a drafter
+installs the `generate()` wrapper, so that `target.generate(**inputs, assistant_model=drafter)` drafts with SlimSpec.
 
 The training pair `SlimSpecConfig` / `SlimSpecTrainer` is exported lazily (as trl does): `import slimspec_hf` stays
 light and imports neither trl nor datasets until one of them is asked for.
@@ -12,12 +12,13 @@ import importlib
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from .cache_slimspec import SlimSpecDrafterCache
 from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
-from .generation_slimspec import SlimSpecCandidateGenerator, SlimSpecGenerationStats, install_generation_hook
+from .decoding_slimspec import slimspec_generate
+from .generation_slimspec import DraftSettings, SlimSpecGenerationStats, install_generation_hook
 from .modeling_slimspec import (
     FullHead,
     LowRankHead,
-    SlimSpecDrafterCache,
     SlimSpecDrafterForCausalLM,
     SlimSpecDrafterPreTrainedModel,
     TargetHead,
@@ -40,11 +41,6 @@ AutoModelForCausalLM.register(SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM,
 # save_pretrained writes `auto_map` and copies the two model files, for trust_remote_code=True users.
 SlimSpecDrafterConfig.register_for_auto_class()
 SlimSpecDrafterForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-
-from .interop.hub import install_push_hook  # noqa: E402  (needs the registered classes)
-
-
-install_push_hook()  # drafter.push_to_hub(repo_id) publishes the SlimSpec model card
 
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
@@ -71,7 +67,8 @@ __all__ = [
     "SlimSpecDrafterPreTrainedModel",
     "SlimSpecDrafterForCausalLM",
     "SlimSpecDrafterCache",
-    "SlimSpecCandidateGenerator",
+    "DraftSettings",
+    "slimspec_generate",
     "SlimSpecGenerationStats",
     "LowRankHead",
     "FullHead",

@@ -174,14 +174,7 @@ def test_drafter_built_for_the_target_exports_and_converts_back(tmp_path, target
 @pytest.mark.parametrize(
     "target",
     [
-        pytest.param(
-            "gpt_oss",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 32: `SlimSpecDrafterPreTrainedModel._init_weights` copies a non-default RoPE's "
-                "`inv_freq` from itself, so `from_pretrained` leaves it uninitialised (YaRN here)",
-            ),
-        ),
+        "gpt_oss",
         "qwen3_moe",
     ],
     indirect=True,

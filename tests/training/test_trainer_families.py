@@ -64,22 +64,7 @@ def test_one_step_trains_the_drafter_and_leaves_the_target_untouched(tmp_path, f
     assert all(p.grad is None and not p.requires_grad for p in target.parameters())
 
 
-@pytest.mark.parametrize(
-    "family",
-    [
-        pytest.param(
-            family,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 32: `SlimSpecTTTModel.teacher_logits` is `lm_head(h)` and skips the target's "
-                "`final_logit_softcapping`, so the trainer distills from another distribution than the target's",
-            ),
-        )
-        if family == "gemma3"
-        else family
-        for family in FAMILIES
-    ],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_the_trainer_distills_from_the_targets_own_forward(tmp_path, family):
     """The fused features are the target's hidden states at the drafter's layer ids, and the teacher logits are the
     target's logits (every transform of the family's head included), on a row longer than the window."""
@@ -93,22 +78,7 @@ def test_the_trainer_distills_from_the_targets_own_forward(tmp_path, family):
     torch.testing.assert_close(teacher, out.logits, atol=1e-5, rtol=1e-5)
 
 
-def _xfail_unless(family, failing, reason):
-    return pytest.param(family, marks=pytest.mark.xfail(strict=True, reason=reason)) if family in failing else family
-
-
-@pytest.mark.parametrize(
-    "family",
-    [
-        _xfail_unless(
-            family,
-            ("qwen3", "gemma3"),
-            "issue 32: `head_init._copy_last_layer` maps the last layer onto a Llama layer without refusing what it "
-            "cannot carry (Qwen3/Gemma-3 q_norm/k_norm, Gemma-3's extra norms, (1 + w) RMSNorm and GELU)",
-        )
-        for family in FAMILIES
-    ],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_target_last_layer_init_reproduces_the_last_layer_or_is_refused(tmp_path, family):
     """`layer_init="target_last_layer"` either refuses the family's layer or starts the drafter as the target's last
     layer: step 0 on the target's features gives, after the final norm, the target's last hidden state. (Rows no

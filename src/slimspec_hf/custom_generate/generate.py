@@ -1,45 +1,46 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""SlimSpec dynamic-tree drafting (EAGLE-2) as a transformers `custom_generate` recipe.
+"""SlimSpec speculative decoding (chains, EAGLE-2 trees, prompt lookup) as a transformers `custom_generate` recipe.
 
     target.generate(**inputs, custom_generate="<repo or folder holding custom_generate/>", trust_remote_code=True,
-                    assistant_model=drafter, tree_size=16, tree_depth=4, tree_top_k=4)
+                    assistant_model=drafter, draft_tree_size=16, draft_tree_depth=4, draft_tree_top_k=4)
 
 transformers hands this `generate` every argument of `generate()` (with `model` for `self`). The decoding itself is
-`tree_slimspec.tree_decoding`, found next to the drafter's own modeling code (the remote-code unit a SlimSpec drafter
-ships with) or, failing that, in the installed `slimspec_hf` package. Imports only the standard library here.
+`decoding_slimspec.slimspec_generate`, found next to the drafter's own modeling code (the remote-code unit a SlimSpec
+drafter ships with) or, failing that, in the installed `slimspec_hf` package. Imports only the standard library here.
 """
 
 import importlib
 
 
-def _tree_module(drafter):
+def _decoding_module(drafter):
     package = type(drafter).__module__.rpartition(".")[0]
-    candidates = ([f"{package}.tree_slimspec"] if package else []) + ["slimspec_hf.tree_slimspec"]
+    candidates = ([f"{package}.decoding_slimspec"] if package else []) + ["slimspec_hf.decoding_slimspec"]
     for name in candidates:
         try:
             return importlib.import_module(name)
         except ImportError:
             continue
     raise ImportError(
-        f"SlimSpec tree decoding was found neither next to the drafter's code ({package or 'no package'}) nor in "
-        "`slimspec_hf`: `pip install slimspec-hf`, or load a drafter whose repository ships `tree_slimspec.py`."
+        f"SlimSpec decoding was found neither next to the drafter's code ({package or 'no package'}) nor in "
+        "`slimspec_hf`: `pip install slimspec-hf`, or load a drafter whose repository ships `decoding_slimspec.py`."
     )
 
 
-def generate(model, *args, assistant_model=None, streamer=None, tree_size=16, tree_depth=4, tree_top_k=4, **kwargs):
-    """Runs `model.generate` with a SlimSpec drafter (`assistant_model`) proposing a dynamic draft tree per round."""
+def generate(model, *args, assistant_model=None, streamer=None, **kwargs):
+    """Runs `model.generate` with a SlimSpec drafter (`assistant_model`); the drafter's decoding settings
+    (`draft_tree_size`, `draft_lookup`, `num_assistant_tokens`, ...) are taken from the keywords."""
     if assistant_model is None:
         raise ValueError(
-            "SlimSpec tree decoding needs the drafter: pass `assistant_model=<SlimSpec drafter>` to `generate()`."
+            "SlimSpec decoding needs the drafter: pass `assistant_model=<SlimSpec drafter>` to `generate()`."
         )
-    tree = _tree_module(assistant_model)
+    decoding = _decoding_module(assistant_model)
+    names = decoding.DraftSettings.names()
+    settings = {name: kwargs.pop(name) for name in names if name in kwargs}
     return model.generate(
         *args,
-        custom_generate=tree.slimspec_tree_generate,
+        custom_generate=decoding.slimspec_generate,
         drafter=assistant_model,
-        tree_streamer=streamer,
-        tree_size=tree_size,
-        tree_depth=tree_depth,
-        tree_top_k=tree_top_k,
+        draft_settings=settings,
+        draft_streamer=streamer,
         **kwargs,
     )

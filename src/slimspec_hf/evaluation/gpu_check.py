@@ -95,7 +95,7 @@ def environment(device: str) -> dict:
         "device": device,
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
-        "tree_slimspec": importlib.util.find_spec("slimspec_hf.tree_slimspec") is not None,
+        "decoding_slimspec": importlib.util.find_spec("slimspec_hf.decoding_slimspec") is not None,
     }
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device(device))
@@ -166,7 +166,7 @@ def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
 
 def _bench_offers(option: str) -> bool:
     """Whether `slimspec bench` takes `option` (asked of its `--help`: commands sit above this layer)."""
-    if importlib.util.find_spec("slimspec_hf.tree_slimspec") is None:
+    if importlib.util.find_spec("slimspec_hf.decoding_slimspec") is None:
         return False
     help_text = subprocess.run(
         [sys.executable, "-m", "slimspec_hf.cli", "bench", "--help"], capture_output=True, text=True, timeout=120

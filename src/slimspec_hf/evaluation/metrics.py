@@ -190,7 +190,7 @@ def measure_round_costs(
     Per round, T_non_head = t_verify + k·t_backbone, so κ = k·t_head_full / T_non_head and ν = t_head /
     t_head_full. Also returns `kappa_drafter` = t_head_full / t_backbone (the head's share of a drafter step).
     """
-    from ..modeling_slimspec import SlimSpecDrafterCache
+    from ..cache_slimspec import SlimSpecDrafterCache
 
     cfg = drafter.config
     k = int(num_speculative_tokens or cfg.num_speculative_tokens)

@@ -22,7 +22,6 @@ from typing import Any
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-from .. import configuration_slimspec, generation_slimspec, heads_slimspec, modeling_slimspec, tree_slimspec
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..training.model_card import PINNED, load_card_inputs, read_drafter_config, render_model_card
 
@@ -31,12 +30,22 @@ logger = logging.getLogger(__name__)
 
 MODEL_TYPE = SlimSpecDrafterConfig.model_type
 REMOTE_CODE = {
-    "AutoConfig": (configuration_slimspec, "SlimSpecDrafterConfig"),
-    "AutoModelForCausalLM": (modeling_slimspec, "SlimSpecDrafterForCausalLM"),
+    "AutoConfig": "configuration_slimspec.SlimSpecDrafterConfig",
+    "AutoModelForCausalLM": "modeling_slimspec.SlimSpecDrafterForCausalLM",
 }
 # The remote-code unit: every file `save_pretrained` copies next to the weights (the auto_map's modules and the
-# siblings they import relatively).
-REMOTE_CODE_MODULES = (configuration_slimspec, modeling_slimspec, heads_slimspec, generation_slimspec, tree_slimspec)
+# siblings they import relatively), read from the installed package by name (the model's `push_to_hub` imports this
+# module, so this module imports no model code).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+REMOTE_CODE_FILES = (
+    "configuration_slimspec.py",
+    "modeling_slimspec.py",
+    "heads_slimspec.py",
+    "cache_slimspec.py",
+    "generation_slimspec.py",
+    "drafting_slimspec.py",
+    "decoding_slimspec.py",
+)
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
 # checkpoints, pickles) stays local. The `.py` files named by `auto_map` are added to these.
 UPLOAD_PATTERNS = (
@@ -57,10 +66,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 def _remote_code_files(config: dict) -> dict[str, str]:
     """{module file: source} for the `auto_map` of a drafter, from the installed package."""
-    return {
-        f"{module.__name__.rsplit('.', 1)[-1]}.py": Path(module.__file__).read_text(encoding="utf-8")
-        for module in REMOTE_CODE_MODULES
-    }
+    return {name: (PACKAGE_DIR / name).read_text(encoding="utf-8") for name in REMOTE_CODE_FILES}
 
 
 def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
@@ -69,7 +75,7 @@ def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
     skipped = []
     auto_map = config.get("auto_map") or {}
     code_files = {f"{ref.split('.')[0]}.py" for ref in auto_map.values() if isinstance(ref, str)}
-    code_files |= {f"{module.__name__.rsplit('.', 1)[-1]}.py" for module in REMOTE_CODE_MODULES}
+    code_files |= set(REMOTE_CODE_FILES)
     for path in sorted(folder.iterdir()):
         if not path.is_file():
             continue
@@ -94,9 +100,7 @@ def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
         # package's modelling code so that `trust_remote_code=True` users can load it.
         logger.warning("%s has no complete remote code (auto_map + .py files); adding the installed copy.", folder)
         config = dict(config)
-        config["auto_map"] = {
-            auto: f"{module.__name__.rsplit('.', 1)[-1]}.{cls}" for auto, (module, cls) in REMOTE_CODE.items()
-        }
+        config["auto_map"] = {auto: reference for auto, reference in REMOTE_CODE.items()}
         for name, source in _remote_code_files(config).items():
             files[name] = source.encode("utf-8")
         files["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
@@ -222,7 +226,7 @@ def push_to_hub(
     """Publishes a SlimSpec drafter folder (or a drafter) to the Hub repo `repo_id` and returns the last CommitInfo.
 
     Uploads the weights (safetensors), `config.json` with `auto_map`, `configuration_slimspec.py` and
-    `modeling_slimspec.py`, `generation_slimspec.py` (added from the installed package when the folder lacks them), and the model card. The
+    `modeling_slimspec.py` and their siblings (`REMOTE_CODE_FILES`, added from the installed package when the folder lacks them), and the model card. The
     card is rendered from the folder's recorded inputs (`slimspec_card.json`, written by [`write_model_card`]),
     overridden by `recipe=`, `results=`, `datasets=`, and pins the commit holding this code and these weights in its
     `trust_remote_code=True` snippet; that takes a second, card-only commit. Re-pushing an unchanged folder makes
@@ -240,22 +244,6 @@ def push_to_hub(
         model_dir, repo_id, revision=revision, private=private, token=token, commit_message=commit_message, **kwargs
     )
     return info
-
-
-def drafter_push_to_hub(self, repo_id: str, **kwargs):
-    """`SlimSpecDrafterForCausalLM.push_to_hub`: publishes weights, config, remote code and the SlimSpec card.
-
-    Accepts transformers' `push_to_hub` keywords (`commit_message`, `commit_description`, `private`, `token`,
-    `revision`, `max_shard_size`, `tags`; `create_pr` is refused) and `recipe`, `results`, `datasets`.
-    """
-    return push_to_hub(self, repo_id, **kwargs)
-
-
-def install_push_hook(cls: type | None = None) -> None:
-    """Makes `drafter.push_to_hub(repo_id)` publish the SlimSpec card (transformers' own writes a generic one)."""
-    cls = cls or modeling_slimspec.SlimSpecDrafterForCausalLM
-    if cls.__dict__.get("push_to_hub") is not drafter_push_to_hub:
-        cls.push_to_hub = drafter_push_to_hub
 
 
 def load_drafter(
@@ -365,7 +353,5 @@ __all__ = [
     "download_repo",
     "parse_hub_file",
     "push_to_hub",
-    "drafter_push_to_hub",
-    "install_push_hook",
     "load_drafter",
 ]

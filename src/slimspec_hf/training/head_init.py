@@ -61,10 +61,23 @@ def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn
     return True
 
 
+# The parameters of a Llama-shaped decoder layer: the ones `_copy_last_layer` has a counterpart for.
+_COPIED = {f"self_attn.{n}.{p}" for n in ("q_proj", "k_proj", "v_proj", "o_proj") for p in ("weight", "bias")}
+_COPIED |= {f"mlp.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")}
+_COPIED |= {"input_layernorm.weight", "post_attention_layernorm.weight"}
+
+
 def _copy_last_layer(drafter: SlimSpecDrafterForCausalLM, target: nn.Module) -> None:
     backbone = getattr(target, target.base_model_prefix, target)
     last = backbone.layers[-1]
     config = drafter.config
+    extra = sorted(name for name, _ in last.named_parameters() if name not in _COPIED)
+    if extra:  # q/k norms (Qwen3), extra feed-forward norms (Gemma-3), experts: not a layer the drafter reproduces
+        raise ValueError(f"the target's last layer has {extra}, which the drafter's layer has no counterpart for")
+    text = target.config.get_text_config()
+    activation = getattr(text, "hidden_act", None) or getattr(text, "hidden_activation", None)
+    if activation != config.hidden_act:
+        raise ValueError(f"the target's MLP activation ({activation}) is not the drafter's ({config.hidden_act})")
     width = config.hidden_size
     if config.target_hidden_size != width:
         raise ValueError(f"the drafter ({width}) is not as wide as the target ({config.target_hidden_size})")

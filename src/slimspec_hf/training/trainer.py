@@ -77,9 +77,12 @@ class SlimSpecTTTModel(nn.Module):
     The target's LM head weight is borrowed (not registered): it is frozen and never saved.
     """
 
-    def __init__(self, drafter: nn.Module, teacher_head: nn.Module, args: SlimSpecConfig):
+    def __init__(
+        self, drafter: nn.Module, teacher_head: nn.Module, args: SlimSpecConfig, logit_softcapping: float | None = None
+    ):
         super().__init__()
         self.drafter = drafter  # SlimSpecDrafterForCausalLM or a PeftModel around it
+        self.logit_softcapping = logit_softcapping  # the target's `final_logit_softcapping` (Gemma), or None
         self.config = self.base_drafter.config
         object.__setattr__(self, "_teacher_head", teacher_head)
         self.ttt_steps = args.ttt_steps
@@ -102,7 +105,9 @@ class SlimSpecTTTModel(nn.Module):
     def teacher_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self._teacher_head.weight
         with torch.autocast(hidden.device.type, enabled=False):  # the teacher stays in fp32 (or its own dtype)
-            return F.linear(hidden.to(weight.dtype), weight)
+            logits = F.linear(hidden.to(weight.dtype), weight)
+        cap = self.logit_softcapping  # the target caps its logits (Gemma): distil from what it samples
+        return logits if not cap else cap * torch.tanh(logits / cap)
 
     def forward(self, input_ids, attention_mask, loss_mask, features, final_hidden):
         drafter = self.base_drafter
@@ -258,7 +263,8 @@ class SlimSpecTrainer(Trainer):
 
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._tokenizer = processing_class
-        wrapper = SlimSpecTTTModel(model, target.get_output_embeddings(), args)
+        cap = getattr(target.config.get_text_config(decoder=True), "final_logit_softcapping", None)
+        wrapper = SlimSpecTTTModel(model, target.get_output_embeddings(), args, logit_softcapping=cap)
         super().__init__(
             model=wrapper,
             args=args,

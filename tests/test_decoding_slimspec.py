@@ -1,5 +1,4 @@
-"""Dynamic-tree drafting (EAGLE-2): lossless greedy and sampling, stopping, streaming, dict output, the drafter's
-tree masks, the `custom_generate` entry points."""
+"""SlimSpec decoding (`decoding_slimspec`, `drafting_slimspec`): trees and chains, lookup, greedy and sampled."""
 
 import shutil
 from pathlib import Path
@@ -9,9 +8,11 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
-from slimspec_hf.modeling_slimspec import SlimSpecDrafterCache
-from slimspec_hf.tree_slimspec import _ROOT, _TreeDecoder, slimspec_tree_generate
+from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM, decoding_slimspec, drafting_slimspec
+from slimspec_hf.cache_slimspec import SlimSpecDrafterCache
+from slimspec_hf.decoding_slimspec import SpeculativeDecoder, TargetLogits, plain_lm_head, slimspec_generate
+from slimspec_hf.drafting_slimspec import ROOT, DecodingSequence
+from slimspec_hf.generation_slimspec import DraftSettings
 
 from .conftest import REPO_ROOT, make_tiny_drafter, make_tiny_target
 from .test_generation import (
@@ -30,13 +31,7 @@ TREES = [(16, 4, 4), (5, 3, 2), (32, 6, 8)]  # (tree_size, tree_depth, tree_top_
 def tree_generate(target, ids, drafter, tree=(16, 4, 4), **kwargs):
     size, depth, top_k = tree
     return target.generate(
-        ids,
-        custom_generate=slimspec_tree_generate,
-        drafter=drafter,
-        tree_size=size,
-        tree_depth=depth,
-        tree_top_k=top_k,
-        **kwargs,
+        ids, assistant_model=drafter, draft_tree_size=size, draft_tree_depth=depth, draft_tree_top_k=top_k, **kwargs
     )
 
 
@@ -122,21 +117,22 @@ def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
 def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeypatch):
     """The target's LM head covers the root + the best-scored path first; a walk that takes a runner-up child gets
     that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
-    from slimspec_hf import tree_slimspec
-
     target = make_tiny_target(seed=7)
     config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
     drafter = OracleDrafter(config).eval().attach_target(target)  # runner-up right at multiples of 5: misses
     batches, verified = [], []
-    compute = tree_slimspec._TargetRows._compute
+    call = TargetLogits.__call__
 
     def counting(self, node):
-        compute(self, node)
-        batches.append((node == _ROOT, self.batches[-1]))
-        if node == _ROOT:
-            verified.append(len(self.rows))
+        before = len(self.batches)
+        logits = call(self, node)
+        if len(self.batches) > before:
+            batches.append((node == ROOT, self.batches[-1]))
+            if node == ROOT:
+                verified.append(len(self.rows))
+        return logits
 
-    monkeypatch.setattr(tree_slimspec._TargetRows, "_compute", counting)
+    monkeypatch.setattr(TargetLogits, "__call__", counting)
     ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
     plain = target.generate(ids, max_new_tokens=30, do_sample=False)
     drafter.reference = plain[0].tolist()
@@ -148,13 +144,13 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     assert any(not root for root, _ in batches)  # some walks left the likely path
     assert sum(n for _, n in batches) < sum(verified)  # fewer LM-head rows than verified rows
 
-    init = tree_slimspec._TreeDecoder.__init__
+    init = SpeculativeDecoder.__init__
 
     def eager_head(self, *args):  # as for a half-precision target: every row in one batch
         init(self, *args)
         self.lazy_head = False
 
-    monkeypatch.setattr(tree_slimspec._TreeDecoder, "__init__", eager_head)
+    monkeypatch.setattr(SpeculativeDecoder, "__init__", eager_head)
     batches.clear()
     verified.clear()
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
@@ -162,7 +158,7 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     )
     assert [n for _, n in batches] == verified  # one batch per round, all rows
 
-    monkeypatch.setattr(tree_slimspec, "_plain_lm_head", lambda target: None)  # all rows through the target
+    monkeypatch.setattr(decoding_slimspec, "plain_lm_head", lambda target: None)  # all rows through the target
     batches.clear()
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
         plain.tolist()
@@ -171,12 +167,10 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
 
 
 def test_targets_with_logit_transforms_keep_their_own_forward():
-    from slimspec_hf.tree_slimspec import _plain_lm_head
-
     target = make_tiny_target(seed=1)
-    assert _plain_lm_head(target) is target.lm_head
+    assert plain_lm_head(target) is target.lm_head
     target.config.final_logit_softcapping = 30.0
-    assert _plain_lm_head(target) is None
+    assert plain_lm_head(target) is None
 
 
 @pytest.mark.parametrize("batched", [True, False])
@@ -185,17 +179,17 @@ def test_processors_run_per_level_in_one_batch_or_row_by_row(batched, monkeypatc
     any other processor one row at a time. Both are plain greedy, scores included."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    from slimspec_hf import tree_slimspec
-
     class Shift(LogitsProcessor):  # not on the row-wise list: must see a batch of 1
         def __call__(self, input_ids, scores):
             assert input_ids.shape[0] == 1
             return scores + 0.01 * (input_ids[:, -1:] % 3)
 
     calls = []
-    process = tree_slimspec._TreeDecoder.process
+    process = drafting_slimspec.LogitsProcessing.__call__
     monkeypatch.setattr(
-        tree_slimspec._TreeDecoder, "process", lambda self, ids, x: calls.append(ids.shape[0]) or process(self, ids, x)
+        drafting_slimspec.LogitsProcessing,
+        "__call__",
+        lambda self, ids, x: calls.append(ids.shape[0]) or process(self, ids, x),
     )
     target = make_tiny_target(seed=5)
     drafter = make_drafter_for(target, "low_rank")
@@ -252,18 +246,19 @@ def test_tree_forward_matches_each_path_run_as_a_chain():
     ids = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(0))
     config = target.generation_config
     config.do_sample, config.max_length = False, 64
-    decoder = _TreeDecoder(target, drafter, config, None, tree_size=20, tree_depth=4, tree_top_k=3)
+    settings = DraftSettings(draft_tree_size=20, draft_tree_depth=4, draft_tree_top_k=3)
+    decoder = SpeculativeDecoder(target, drafter, config, None, settings, cache=None)
     with torch.no_grad():
         out = target(ids, output_hidden_states=decoder.layer_ids)
-    features = decoder.features(out.hidden_states, None)[:, :-1]  # positions 0..7; token 8 is the root
-    key_mask = torch.ones(ids.shape[1], dtype=torch.bool)
-    positions = torch.arange(ids.shape[1])
+    seq = DecodingSequence(ids, None)
+    decoder.state.add_target_features(out.hidden_states, torch.arange(ids.shape[1] - 1))  # token 8 is the root
+    features = decoder.state.pending[0]
     with torch.no_grad():
-        root_logits, root_state = decoder.commit(ids, features, key_mask, positions)
-        tree = decoder.draft(ids, root_logits, root_state, key_mask, positions, max_depth=4)
-    expanded = [n for n in tree.slot]
+        root_logits, root_state = decoder.state.commit(seq)
+        tree = decoder.proposer.draft(seq, root_logits, root_state, max_depth=4)
+    expanded = list(tree.slots)
     assert len(expanded) == 3 * 3  # levels 1..3, three nodes each
-    assert all(len({tree.token[c] for c in range(len(tree.token)) if tree.parent[c] == n}) == 3 for n in expanded)
+    assert all(len({tree.tokens[c] for c in range(len(tree.tokens)) if tree.parents[c] == n}) == 3 for n in expanded)
     for node in expanded:
         path = tree.path(node)
         cache = SlimSpecDrafterCache()
@@ -274,18 +269,18 @@ def test_tree_forward_matches_each_path_run_as_a_chain():
             state = chain.hidden_states[:, -1:]
             for j, step in enumerate(path):
                 chain = drafter(
-                    input_ids=torch.tensor([[tree.token[step]]]),
+                    input_ids=torch.tensor([[tree.tokens[step]]]),
                     hidden_states=state,
                     position_ids=torch.tensor([[ids.shape[1] - 1 + j]]),
                     cache=cache,
                     use_cache=True,
                 )
                 state = chain.hidden_states
-        torch.testing.assert_close(tree.state[node], state[0, 0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(tree.states[node], state[0, 0], rtol=1e-4, atol=1e-5)
     # reranked: the kept nodes are ancestor-closed, and the best by cumulative log-probability
-    kept = decoder.keep(tree)
-    assert all(tree.parent[n] == _ROOT or tree.parent[n] in kept for n in kept)
-    assert min(tree.score[n] for n in kept) >= max(tree.score[n] for n in range(len(tree.token)) if n not in kept)
+    kept = tree.kept
+    assert all(tree.parents[n] == ROOT or tree.parents[n] in kept for n in kept)
+    assert min(tree.scores[n] for n in kept) >= max(tree.scores[n] for n in range(len(tree.tokens)) if n not in kept)
 
 
 # -- stopping, streaming, dict output, padding ------------------------------------------------------------------
@@ -305,8 +300,9 @@ def test_streamer_dict_output_scores_and_left_padding(capsys):
     fast = target.generate(
         input_ids=ids,
         attention_mask=mask,
-        custom_generate=slimspec_tree_generate,
+        custom_generate=slimspec_generate,
         drafter=drafter,
+        draft_settings={"draft_tree_size": 16},
         return_dict_in_generate=True,
         output_scores=True,
         output_logits=True,
@@ -321,9 +317,9 @@ def test_streamer_dict_output_scores_and_left_padding(capsys):
     target.generate(
         input_ids=ids,
         attention_mask=mask,
-        custom_generate=slimspec_tree_generate,
-        drafter=drafter,
-        tree_streamer=streamer,
+        assistant_model=drafter,
+        draft_tree_size=16,
+        streamer=streamer,
         **kwargs,
     )
     printed = capsys.readouterr().out.split()
@@ -336,10 +332,14 @@ def test_invalid_settings_fail_loudly():
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="batch-1"):
         tree_generate(target, torch.tensor([[1, 2], [3, 4]]), drafter, max_new_tokens=4)
-    with pytest.raises(ValueError, match="`tree_size` must be a positive integer, got 0"):
-        tree_generate(target, ids, drafter, (0, 4, 4), max_new_tokens=4)
+    with pytest.raises(ValueError, match="`draft_tree_depth` must be an integer >= 1, got 0"):
+        tree_generate(target, ids, drafter, (4, 0, 4), max_new_tokens=4)
     with pytest.raises(ValueError, match="SlimSpec drafter"):
-        tree_generate(target, ids, make_tiny_target(), max_new_tokens=4)
+        target.generate(ids, custom_generate=slimspec_generate, drafter=make_tiny_target(), max_new_tokens=4)
+    with pytest.raises(ValueError, match="draft_sampling.*not decoding settings"):
+        tree_generate(target, ids, drafter, max_new_tokens=4, draft_sampling={"tree_size": 3})
+    with pytest.raises(ValueError, match="either `custom_generate`"):
+        tree_generate(target, ids, drafter, max_new_tokens=4, custom_generate=slimspec_generate)
     with pytest.raises(ValueError, match="output_attentions"):
         tree_generate(target, ids, drafter, max_new_tokens=4, return_dict_in_generate=True, output_attentions=True)
     with pytest.raises(ValueError, match="vocab_size \\(100\\)"):
@@ -366,9 +366,9 @@ def test_custom_generate_folder_loads_like_a_hub_repo(tmp_path, capsys):
         assistant_model=drafter,
         max_new_tokens=30,
         do_sample=False,
-        tree_size=8,
-        tree_depth=3,
-        tree_top_k=2,
+        draft_tree_size=8,
+        draft_tree_depth=3,
+        draft_tree_top_k=2,
         streamer=TextStreamer(Tok()),
     )
     assert fast.tolist() == plain.tolist()
@@ -402,6 +402,16 @@ def _sample_tokens(target, drafter, prompt, n, seed, tree=(4, 2, 3)):
     return counts
 
 
+_multinomial = torch.multinomial
+
+
+def deterministic_top_k(q, k, replacement=False, **kwargs):
+    """EAGLE-2's children: the drafter's top-k, where the rule needs i.i.d. draws (the target's own draws stay)."""
+    if q.dim() == 2 and replacement:
+        return q.topk(k, dim=-1).indices
+    return _multinomial(q, k, replacement=replacement, **kwargs)
+
+
 def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     # tree (4, 2, 3): 3 i.i.d. draws per node out of 12 tokens (duplicates), 3 + 9 nodes of which 4 are kept (pruned
     # children get accepted): every branch of the acceptance walk is exercised.
@@ -418,12 +428,12 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     # The same test fails for EAGLE-2's deterministic top-k children under the same rejection rule (measured: 660-680
     # for token 2, against 11-18 for i.i.d. draws) ...
     with monkeypatch.context() as patch:
-        patch.setattr(_TreeDecoder, "draw_children", staticmethod(lambda q, k: q.topk(k, dim=-1).indices))
+        patch.setattr(torch, "multinomial", deterministic_top_k)
         counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
     stat, dof = _chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
     # ... and for a broken acceptance rule that always accepts the first draw (measured: ~9600).
-    monkeypatch.setattr(_TreeDecoder, "accepts", staticmethod(lambda p, q, token: True))
+    monkeypatch.setattr(decoding_slimspec, "accepts", lambda p, q: True)
     counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
     stat, dof = _chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
@@ -448,11 +458,7 @@ def test_tree_with_lookup_verifies_long_matches_alone_and_stays_identical(head):
         )  # fmt: skip
         assert out.tolist() == plain.tolist(), seed
         sources |= set(drafter.last_generation_stats.rounds_by_source)
-    assert sources == {"drafter", "lookup"}  # every match is trusted: lookup rounds, no drafter call
-    with pytest.warns(UserWarning, match="greedy only"):
-        target.generate(
-            ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=6, draft_lookup=True
-        )
+    assert sources <= {"drafter", "lookup", "drafter+lookup"} and "lookup" in sources
 
 
 def test_tree_with_lookup_grafts_short_matches_the_drafter_agrees_with():
@@ -499,29 +505,3 @@ def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
     fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, **hybrid)
     assert fast.tolist() == plain.tolist()
     assert "lookup" in drafter.last_generation_stats.rounds_by_source
-
-
-def test_sampling_with_a_default_tree_and_lookup_uses_the_hybrid_chain():
-    """Trees carry the lookup draft in greedy decoding only: when sampling, a tree from the drafter's defaults gives
-    way to the hybrid chain (no warning, lookup rounds happen); a tree passed to generate() is kept (warning)."""
-    import warnings
-
-    target = make_tiny_target(seed=5)
-    drafter = make_drafter_for(target, "low_rank")
-    drafter.generation_config.draft_tree_size = 4
-    drafter.generation_config.draft_tree_depth = 1
-    drafter.generation_config.draft_lookup = True
-    drafter.generation_config.draft_lookup_min_ngram = 1
-    drafter.generation_config.num_assistant_tokens = 3
-    torch.manual_seed(0)
-    ids = torch.randint(0, target.config.vocab_size, (1, 5))
-    ids = torch.cat([ids, ids, ids, ids[:, :3]], dim=-1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*greedy only.*")
-        target.generate(ids, max_new_tokens=12, do_sample=True, assistant_model=drafter)
-    # a chain of k = 3 ran (a depth-1 tree drafts at one position only)
-    assert len(drafter.last_generation_stats.drafted_per_position) > 1
-    with pytest.warns(UserWarning, match="greedy only"):
-        target.generate(ids, max_new_tokens=4, do_sample=True, assistant_model=drafter, draft_tree_size=4)
-    greedy = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter)
-    assert greedy.tolist() == target.generate(ids, max_new_tokens=12, do_sample=False).tolist()

@@ -1,0 +1,588 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""The one SlimSpec decoding loop: chains, trees and prompt lookup, greedy or sampled.
+
+One round:
+1. Propose (`SpeculativeDecoder.propose`): prompt lookup alone for a long match; otherwise the drafter appends the
+   positions the target accepted last round to its cache and drafts a tree (`drafting_slimspec.TreeDrafter`; a
+   chain is a tree of top-k 1), onto which lookup grafts a short match the drafter agrees with, or extends the
+   likeliest path.
+2. Verify (`verify`): ONE target forward over the root (the last token) and the kept nodes — a plain causal forward
+   when the draft is a chain, else a tree attention mask per layer type (sliding-window layers see only their
+   window). Position ids are the root's + depth.
+3. Accept (`accept`): the longest accepted path from the root and one more target token; the target's KV cache is
+   compacted to the accepted path (`compact_cache`) and the drafter's keeps only committed positions.
+
+Acceptance:
+- Greedy: a node is accepted when it equals the target's argmax (after the logits processors) at its parent, so the
+  output is exactly plain greedy decoding (in fp32; bf16 batched rows may round differently near ties).
+- Sampling: a node's proposals are tested in order with SpecInfer's multi-draft speculative sampling: accept x_i with
+  probability min(1, p(x_i)/q_i(x_i)); on rejection p <- norm(max(p - q_i, 0)) and try x_{i+1}; if all are rejected,
+  sample from the residual p. Deterministic drafts (lookup) come first with q_i one-hot (accepted with probability
+  p(x), then p(x) <- 0); the drafter's children follow as drawn, i.i.d. from its q. Each proposal is independent of
+  the earlier rejections, so by the single-draft argument applied recursively the emitted token is distributed
+  exactly as p (SpecInfer, Miao et al. 2023, Thm 4.2). The tree's shape (what is expanded or kept) comes from
+  drafter scores only and never changes the rule: a drawn child pruned from the tree (or a repeated draw) stays in
+  the sequence of proposals; if a pruned child is accepted it is emitted and the round ends there (the target has
+  no logits below it). Deterministic top-k children with the plain rejection rule would NOT be lossless; top-k is
+  used for greedy only.
+
+Part of the remote-code unit: it imports only `torch`, `transformers` and its siblings (relatively).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import DynamicCache
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from .drafting_slimspec import (
+    ROOT,
+    DecodingSequence,
+    DrafterState,
+    DraftTree,
+    LogitsProcessing,
+    LookupPolicy,
+    Proposal,
+    TreeDrafter,
+    TreeShape,
+)
+from .generation_slimspec import (
+    DraftSettings,
+    SlimSpecGenerationStats,
+    bound_generate_arguments,
+    check_drafter_placement,
+    is_slimspec_drafter,
+    validate_pairing,
+)
+
+
+# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
+_KNOWN_MODEL_KWARGS = {
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "use_cache",
+    "logits_to_keep",
+    "output_hidden_states",
+}
+# Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+_TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Target side: the LM head on demand, tree attention masks, cache compaction
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def plain_lm_head(target):
+    """The target's LM head when its logits are exactly `head(backbone(...).last_hidden_state)`, else None."""
+    config = target.config.get_text_config(decoder=True)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    head = target.get_output_embeddings()
+    backbone = getattr(target, target.base_model_prefix, None)
+    if not isinstance(head, torch.nn.Linear) or backbone is None or backbone is target:
+        return None
+    return head
+
+
+class TargetLogits:
+    """The target's logits of one round's verified rows (row 0 the root, row i the i-th kept node), computed when
+    the acceptance walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be
+    on the accepted path. The first batch is the root, its children and the likeliest path below; a walk that
+    leaves it computes the rest of the subtree it entered in one more batch. `lazy=False` (a head bound by reading
+    its weights): every row in the first batch. `head=None`: `logits` holds every row already (a target whose
+    logits are more than its LM head applied to the last hidden state)."""
+
+    def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
+        self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
+        self.rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
+        self.children: dict[int, list[int]] = {}
+        for node in tree.kept:  # parents come before children
+            self.children.setdefault(tree.parents[node], []).append(node)
+        self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
+        self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
+
+    def __call__(self, node: int) -> torch.Tensor:
+        """The target's raw logits (1, V) at `node`'s row."""
+        if node not in self.logits:
+            nodes = self._batch(node)
+            index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
+            logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
+            self.batches.append(len(nodes))
+            for i, n in enumerate(nodes):
+                self.logits[n] = logits[:, i]
+        return self.logits[node]
+
+    def _batch(self, node: int) -> list[int]:
+        if node == ROOT and not self.lazy:
+            return list(self.rows)
+        if node == ROOT:  # the root, all its children (where most walks leave a single path), the best path
+            nodes = [ROOT, *self.children.get(ROOT, [])]
+            below = self.children.get(ROOT)
+            while below:
+                best = max(below, key=lambda n: self.tree.scores[n])
+                nodes += [] if best in nodes else [best]
+                below = self.children.get(best)
+            return nodes
+        nodes, stack = [], [node]  # the walk left the first batch: the whole subtree it entered
+        while stack:
+            current = stack.pop()
+            if current not in self.logits:
+                nodes.append(current)
+            stack.extend(self.children.get(current, ()))
+        return nodes
+
+
+def layer_windows(config) -> int | None | dict[str, int | None]:
+    """The attention window of the target's layers: one value for all layers (None: full attention), or one per
+    layer type where full and sliding-window layers mix (transformers then takes a mask per type)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not types:
+        return window
+    unknown = sorted(set(types) - set(_LAYER_TYPES))
+    if unknown:
+        raise ValueError(
+            f"SlimSpec tree decoding supports full and sliding-window attention layers, got layer types {unknown}; "
+            "use chain drafting (`draft_tree_top_k=1` without `draft_lookup`)."
+        )
+    windows = {kind: window if kind == "sliding_attention" else None for kind in set(types)}
+    return windows if len(windows) > 1 else next(iter(windows.values()))
+
+
+def tree_attention_mask(config, seq: DecodingSequence, tree: DraftTree, dtype) -> torch.Tensor | dict:
+    """Additive masks (1, 1, n, past + n) over the root and the kept nodes: each row sees the committed prefix and
+    its ancestors, within the layer's window (sequence index of a node: the root's + depth)."""
+    past, size = seq.length - 1, len(tree.kept) + 1
+    rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
+    ancestors = torch.zeros((size, size), dtype=torch.bool)
+    ancestors[0, 0] = True
+    for node in tree.kept:  # parents come first
+        ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
+        ancestors[rows[node], rows[node]] = True
+    depths = torch.tensor([0] + [tree.depths[n] for n in tree.kept])
+    allowed = torch.cat([seq.key_mask[:past].cpu().expand(size, -1), ancestors], dim=1)  # (n, past + n)
+    distance = (past + depths)[:, None] - torch.cat([torch.arange(past), past + depths])[None]
+
+    def additive(window):
+        visible = allowed if window is None else allowed & (distance < window)
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        return mask[None, None].to(seq.ids.device)
+
+    windows = layer_windows(config)
+    if isinstance(windows, dict):
+        return {kind: additive(window) for kind, window in windows.items()}
+    return additive(windows)
+
+
+def compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
+    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
+
+    A prefix `keep` (0, 1, ..., a) is a crop. Otherwise the kept rows move down in place and the layer keeps a view
+    of the front: no copy of the whole cache (the next forward's `torch.cat` makes it contiguous again)."""
+    end = start + keep.numel()
+    if bool((keep == torch.arange(keep.numel())).all()):
+        surplus = cache.get_seq_length() - end
+        if surplus > 0:
+            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
+        return
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False):
+            continue
+        index = keep.to(layer.keys.device) + start
+        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
+        layer.values[:, :, start:end] = layer.values.index_select(2, index)
+        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Acceptance
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Acceptance:
+    """A verified round: the accepted nodes, the target's token after them, and the logits the walk used."""
+
+    path: list[int]
+    token: int
+    raw_logits: list[torch.Tensor]  # (1, V) per row walked
+    scores: list[torch.Tensor]  # the same, processed
+
+
+def accepts(p_token: float, q_token: float) -> bool:
+    """Speculative sampling's test: accept a draw x ~ q with probability min(1, p(x) / q(x))."""
+    return float(torch.rand(())) * q_token < p_token
+
+
+def sample_child(scores: torch.Tensor, proposals: list[Proposal]) -> tuple[int, int | None]:
+    """Multi-draft speculative sampling at one node: the token emitted and the proposal's node (None: drawn from
+    the residual, no proposal accepted). `scores` (V,) are the target's processed logits."""
+    p = torch.softmax(scores, dim=-1)
+    for proposal in proposals:
+        x = proposal.token
+        q_x = 1.0 if proposal.q is None else float(proposal.q[x])
+        if accepts(float(p[x]), q_x):
+            return x, proposal.node
+        if proposal.q is None:  # q one-hot: the residual is p without x
+            residual = p.clone()
+            residual[x] = 0.0
+        else:
+            residual = (p - proposal.q.to(p.device)).clamp(min=0)
+        total = residual.sum()
+        if total > 0:
+            p = residual / total
+    return int(torch.multinomial(p, 1)), None
+
+
+def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, processing, do_sample: bool) -> Acceptance:
+    """Walks the tree from the root while the target accepts (see the module docstring for the rules)."""
+    children, kept = tree.kept_children(), set(tree.kept)
+    node, path, raw, scores = ROOT, [], [], []
+    while True:
+        row = logits(node).float()  # (1, V)
+        processed = processing(seq.with_path([tree.tokens[n] for n in path]), row.clone())
+        raw.append(row)
+        scores.append(processed)
+        if do_sample:
+            token, child = sample_child(processed[0], tree.proposals.get(node, []))
+            child = child if child in kept else None  # accepted but pruned: emitted, no target logits below it
+        else:
+            token = int(processed.argmax(-1))
+            child = children.get(node, {}).get(token)
+        if child is None:
+            return Acceptance(path, token, raw, scores)
+        path.append(child)
+        node = child
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class SpeculativeDecoder:
+    """One `generate()` call: the target, its cache and outputs, the drafter's state and the round's proposer."""
+
+    def __init__(self, target, drafter, generation_config, logits_processor, settings: DraftSettings, cache):
+        self.target, self.drafter, self.cache, self.settings = target, drafter, cache, settings
+        self.layer_ids = list(drafter.config.target_layer_ids)
+        self.do_sample = bool(generation_config.do_sample)
+        self.max_length = generation_config.max_length
+        self.processing = LogitsProcessing(logits_processor)
+        eos = getattr(generation_config, "_eos_token_tensor", None)
+        self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
+        self.state = DrafterState(drafter, self.layer_ids)
+        self.tree_masks = getattr(target.config, "_attn_implementation", None) in _TREE_ATTENTION
+        self.shape = settings_shape(settings)
+        self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
+        self.lookup = settings_lookup(settings)
+        self.head = plain_lm_head(target)
+        # Rows on demand pay where the LM head is bound by arithmetic (fp32 on a CPU); where reading its weights
+        # dominates (half precision, accelerators) a few more rows cost less than a second pass over them.
+        self.lazy_head = (
+            self.head is not None and self.head.weight.dtype == torch.float32 and target.device.type == "cpu"
+        )
+        self.stats = SlimSpecGenerationStats()
+        self.scores: tuple[torch.Tensor, ...] = ()
+        self.raw_logits: tuple[torch.Tensor, ...] = ()
+        # every layer's states per generated token (transformers' layout), when the caller asks for them
+        self.all_hidden_states = bool(
+            generation_config.return_dict_in_generate and generation_config.output_hidden_states
+        )
+        self.hidden_states: tuple[tuple[torch.Tensor, ...], ...] = ()
+        self.captured = True if self.all_hidden_states else self.layer_ids  # the layers the target returns
+
+    def prefill(self, seq: DecodingSequence) -> torch.LongTensor:
+        """The target reads the prompt and picks the first token (1, 1)."""
+        out = self.target(
+            input_ids=seq.ids,
+            position_ids=seq.positions[None],
+            attention_mask=seq.key_mask[None].long() if seq.padded else None,
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=self.captured,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+        if self.all_hidden_states:
+            self.hidden_states = (tuple(out.hidden_states),)
+        raw = out.logits[:, -1].float()
+        scores = self.processing(seq.ids, raw.clone())
+        if self.do_sample:
+            token = torch.multinomial(torch.softmax(scores, dim=-1), 1)
+        else:
+            token = scores.argmax(-1, keepdim=True)
+        self.state.add_target_features(out.hidden_states)
+        self.scores, self.raw_logits = (scores,), (raw,)
+        return token
+
+    def propose(self, seq: DecodingSequence) -> DraftTree:
+        """The round's draft: prompt lookup alone, or the drafter's tree with lookup grafted on."""
+        budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
+        lookup = self.lookup
+        match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
+        if lookup is not None and lookup.drafts_alone(match):
+            return lookup_tree(match.tokens)  # no drafter call: the target features wait in the drafter's state
+        root_logits, root_state = self.state.commit(seq)
+        tree = self.proposer.draft(seq, root_logits, root_state, min(self.shape.depth, budget - 1))
+        if lookup is None or budget <= 1:
+            return tree
+        if match is not None and int(root_logits.argmax()) == match.tokens[0]:
+            if not self.tree_masks:
+                return lookup_tree(match.tokens)  # a target without tree masks verifies chains only
+            tree.graft(match.tokens)  # a short match the drafter agrees with, verified in the same forward
+        else:  # verifying a few more tokens costs little: extend the likeliest path with what followed it earlier
+            leaf = tree.likeliest_leaf()
+            if leaf != ROOT and tree.tokens[leaf] in self.eos_ids:
+                return tree
+            extension = lookup.find(seq.with_path(tree.path_tokens(leaf))[0], budget - 1 - tree.depth(leaf))
+            if not lookup.extends(extension):
+                return tree
+            tree.graft(extension.tokens, below=leaf)
+        tree.source = "drafter+lookup"
+        return tree
+
+    def verify(self, seq: DecodingSequence, tree: DraftTree):
+        """One target forward over the root and the kept nodes; returns the hidden states the drafter reads and
+        the rows' logits (computed as the walk needs them)."""
+        target, device = self.target, seq.ids.device
+        depths = torch.tensor([[0] + [tree.depths[n] for n in tree.kept]], device=device)
+        inputs = {
+            "input_ids": torch.tensor([[int(seq.ids[0, -1])] + [tree.tokens[n] for n in tree.kept]], device=device),
+            "position_ids": depths + seq.positions[-1],
+            "cache": self.cache,
+            "use_cache": True,
+            "output_hidden_states": self.captured,
+            "return_dict": True,
+        }
+        if tree.is_chain():  # a plain causal forward: the target builds its own masks (any attention backend)
+            keys = torch.cat([seq.key_mask, seq.key_mask.new_ones(len(tree.kept))])
+            inputs["attention_mask"] = keys[None].long() if seq.padded else None
+        else:
+            dtype = target.dtype if target.dtype.is_floating_point else torch.float32
+            inputs["attention_mask"] = tree_attention_mask(
+                target.config.get_text_config(decoder=True), seq, tree, dtype
+            )
+        if self.head is None:
+            out = target(**inputs, logits_to_keep=0)
+            return out.hidden_states, TargetLogits(tree, None, None, out.logits)
+        out = getattr(target, target.base_model_prefix)(**inputs)  # the decoder layers; the LM head runs in the walk
+        return out.hidden_states, TargetLogits(tree, self.head, out.last_hidden_state, lazy=self.lazy_head)
+
+    def advance(self, seq: DecodingSequence, tree: DraftTree, hidden_states, logits, acceptance) -> torch.LongTensor:
+        """Commits the accepted path and the target's next token; returns the tokens appended (1, n)."""
+        new_tokens = [tree.tokens[n] for n in acceptance.path] + [acceptance.token]
+        new_tokens = new_tokens[: self.max_length - seq.length]  # the drafter may propose beyond the length limit
+        for i, token in enumerate(new_tokens):
+            if token in self.eos_ids:  # ... and beyond an EOS
+                new_tokens = new_tokens[: i + 1]
+                break
+        path = acceptance.path[: len(new_tokens) - 1]
+        depth = max((tree.depths[n] for n in tree.kept), default=0)
+        self.stats.record(tree.source, len(tree.kept), len(path), positions=depth)  # per-position lists are per depth
+        rows = torch.tensor([0] + [logits.rows[n] for n in path], dtype=torch.long)
+        compact_cache(self.cache, seq.length - 1, rows)
+        self.state.add_target_features(hidden_states, rows.to(hidden_states[self.layer_ids[0]].device))
+        appended = torch.tensor([new_tokens], dtype=seq.ids.dtype, device=seq.ids.device)
+        seq.append(appended)
+        self.scores += tuple(acceptance.scores[: len(new_tokens)])
+        self.raw_logits += tuple(acceptance.raw_logits[: len(new_tokens)])
+        if self.all_hidden_states:  # the states of the row each new token was predicted from
+            self.hidden_states += tuple(tuple(h[:, r : r + 1] for h in hidden_states) for r in rows.tolist())
+        return appended
+
+
+def lookup_tree(tokens: list[int]) -> DraftTree:
+    tree = DraftTree(source="lookup")
+    tree.graft(tokens)
+    return tree
+
+
+def settings_shape(settings: DraftSettings) -> TreeShape:
+    """The tree a round drafts: `draft_tree_size` > 0 a tree, else the chain of `num_assistant_tokens` (top-k 1)."""
+    threshold = settings.assistant_confidence_threshold
+    if settings.draft_tree_size > 0:
+        return TreeShape(settings.draft_tree_size, settings.draft_tree_depth, settings.draft_tree_top_k, threshold)
+    k = settings.num_assistant_tokens
+    return TreeShape(size=k, depth=k, top_k=1, threshold=threshold)
+
+
+def settings_lookup(settings: DraftSettings) -> LookupPolicy | None:
+    if not settings.draft_lookup:
+        return None
+    return LookupPolicy(
+        settings.draft_lookup_min_ngram,
+        settings.draft_lookup_max_ngram,
+        settings.draft_lookup_num_tokens,
+        settings.draft_lookup_extend_ngram,
+    )
+
+
+def speculative_decoding(
+    model,
+    drafter,
+    input_ids,
+    logits_processor,
+    stopping_criteria,
+    generation_config,
+    settings,
+    streamer=None,
+    **model_kwargs,
+):
+    """Greedy or sampled decoding of `model` with a SlimSpec drafter; the contract of transformers' decoding loops
+    (`generate()` prepared the inputs, processors, stopping criteria and cache). Returns the sequences, or a
+    `GenerateDecoderOnlyOutput` with `sequences`, `scores`, `logits` and `cache` (`return_dict_in_generate`)."""
+    cache = check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs)
+    decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache)
+    drafter.last_generation_stats = decoder.stats
+    return_dict = bool(generation_config.return_dict_in_generate)
+    output_scores = return_dict and bool(generation_config.output_scores)
+    seq = DecodingSequence(input_ids, model_kwargs.get("attention_mask"))
+    appended = decoder.prefill(seq)
+    seq.append(appended)
+    while True:
+        if streamer is not None:
+            streamer.put(appended.cpu())
+        if bool(stopping_criteria(seq.ids, decoder.scores if output_scores else None).all()):
+            break
+        tree = decoder.propose(seq)
+        hidden_states, logits = decoder.verify(seq, tree)
+        acceptance = accept(tree, logits, seq, decoder.processing, decoder.do_sample)
+        appended = decoder.advance(seq, tree, hidden_states, logits, acceptance)
+    if streamer is not None:
+        streamer.end()
+    if not return_dict:
+        return seq.ids
+    return GenerateDecoderOnlyOutput(
+        sequences=seq.ids,
+        scores=decoder.scores if output_scores else None,
+        logits=decoder.raw_logits if generation_config.output_logits else None,
+        hidden_states=decoder.hidden_states if decoder.all_hidden_states else None,
+        cache=cache,
+    )
+
+
+def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
+    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"SlimSpec decoding is batch-1 (as is assisted generation in transformers); got batch size "
+            f"{input_ids.shape[0]}. Call `generate` once per prompt."
+        )
+    if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
+        raise ValueError(
+            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
+            f"num_return_sequences={generation_config.num_return_sequences}. Drop them or the drafter."
+        )
+    if generation_config.return_dict_in_generate and generation_config.output_attentions:
+        raise ValueError(
+            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
+            "(the target's attention rows belong to draft nodes, not to tokens)."
+        )
+    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
+    if unknown:
+        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
+    attention = getattr(model.config, "_attn_implementation", None)
+    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in _TREE_ATTENTION:
+        raise ValueError(
+            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
+            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
+            "draft chains (`draft_tree_size=0`)."
+        )
+    validate_pairing(drafter, model)
+    check_drafter_placement(model, drafter)
+    drafter.attach_target(model)
+    return target_cache(model_kwargs.get("cache"))
+
+
+def target_cache(cache) -> DynamicCache:
+    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
+
+    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
+    pushed out of it; full layers keep every position and the masks apply the window instead."""
+    if cache is None:
+        return DynamicCache()
+    if type(cache) is not DynamicCache:
+        raise ValueError(
+            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
+            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
+        )
+    if cache.get_seq_length() != 0:
+        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
+    return DynamicCache()
+
+
+def slimspec_generate(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor,
+    stopping_criteria,
+    generation_config,
+    drafter=None,
+    draft_settings: dict | None = None,
+    draft_streamer=None,
+    **model_kwargs,
+):
+    """`target.generate(**inputs, custom_generate=slimspec_generate, drafter=drafter, draft_settings={...})`.
+
+    The `custom_generate` callable behind `generate(assistant_model=drafter)`, usable directly (and from the
+    Hub-ready `custom_generate/` folder). `generate()` forwards neither `assistant_model` nor `streamer` to a
+    callable, so the drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`;
+    the drafter's `generation_config` supplies the rest) and a streamer as `draft_streamer=` (which then also
+    receives the prompt, as `generate()` would have done).
+    """
+    if not is_slimspec_drafter(drafter):
+        raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
+    settings = DraftSettings.resolve(drafter.generation_config, draft_settings, bool(generation_config.do_sample))
+    if draft_streamer is not None:
+        draft_streamer.put(input_ids.cpu())
+    return speculative_decoding(
+        model,
+        drafter,
+        input_ids,
+        logits_processor,
+        stopping_criteria,
+        generation_config,
+        settings,
+        streamer=draft_streamer,
+        **model_kwargs,
+    )
+
+
+def generate_with_drafter(drafter, generate, arguments: dict):
+    """`target.generate(..., assistant_model=drafter)` (bound by name, see `install_generation_hook`), run as
+    `generate(..., custom_generate=slimspec_generate, drafter=drafter)`."""
+    target, arguments = bound_generate_arguments(arguments)
+    arguments.pop("custom_generate", None)
+    settings = DraftSettings.explicit(arguments.get("generation_config"), arguments)
+    DraftSettings.resolve(drafter.generation_config, settings)  # bad values fail here, before any forward
+    arguments.pop("assistant_model")
+    streamer = arguments.pop("streamer", None)
+    return generate(
+        target,
+        **arguments,
+        custom_generate=slimspec_generate,
+        drafter=drafter,
+        draft_settings=settings,
+        draft_streamer=streamer,
+    )
+
+
+__all__ = [
+    "accept",
+    "Acceptance",
+    "compact_cache",
+    "generate_with_drafter",
+    "layer_windows",
+    "plain_lm_head",
+    "sample_child",
+    "slimspec_generate",
+    "speculative_decoding",
+    "SpeculativeDecoder",
+    "TargetLogits",
+    "tree_attention_mask",
+]

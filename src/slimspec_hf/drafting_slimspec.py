@@ -1,0 +1,426 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""The drafter side of SlimSpec decoding: the sequence being decoded, the drafter's state across rounds, prompt
+lookup, and the draft tree of one round.
+
+A round's draft is always a tree (`DraftTree`): the drafter expands it level by level (EAGLE-2's dynamic tree;
+a chain is the tree of top-k 1), and prompt lookup grafts deterministic chains onto it. Every proposed child keeps
+the distribution it was drawn from (`Proposal.q`, None for a deterministic draft), which is all the acceptance rule
+needs to stay lossless (`decoding_slimspec.accept`).
+
+Part of the remote-code unit: it imports only `torch` and its siblings (relatively), so `save_pretrained` copies
+it next to the weights. Shapes: L sequence length, F frontier width, V vocabulary, d drafter width, d_t target width.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .cache_slimspec import SlimSpecDrafterCache
+
+
+ROOT = -1  # the node id of a tree's root: the last token of the sequence
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The sequence being decoded
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class DecodingSequence:
+    """The token ids of one `generate()` call (batch 1) with their key mask and RoPE positions, grown together.
+
+    `key_mask[j]` is False for left padding; `positions[j]` counts the real tokens before j (transformers'
+    convention: the attention mask's cumulative sum minus one).
+    """
+
+    def __init__(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None):
+        length = input_ids.shape[1]
+        self.ids = input_ids  # (1, L)
+        self.key_mask = torch.ones(length, dtype=torch.bool, device=input_ids.device)
+        if attention_mask is not None:
+            self.key_mask = attention_mask[0, :length].bool()
+        self.positions = (self.key_mask.long().cumsum(-1) - 1).clamp(min=0)  # (L,)
+
+    @property
+    def length(self) -> int:
+        return self.ids.shape[1]
+
+    @property
+    def padded(self) -> bool:
+        return not bool(self.key_mask.all())
+
+    def append(self, tokens: torch.LongTensor) -> None:
+        """Appends `tokens` (1, n)."""
+        n = tokens.shape[1]
+        self.ids = torch.cat([self.ids, tokens.to(self.ids.device)], dim=-1)
+        self.key_mask = torch.cat([self.key_mask, self.key_mask.new_ones(n)])
+        steps = torch.arange(1, n + 1, device=self.positions.device)
+        self.positions = torch.cat([self.positions, self.positions[-1] + steps])
+
+    def with_path(self, tokens: list[int]) -> torch.LongTensor:
+        """The ids followed by `tokens` (what a tree node's descendants are conditioned on), (1, L + n)."""
+        if not tokens:
+            return self.ids
+        return torch.cat([self.ids, torch.tensor([tokens], dtype=self.ids.dtype, device=self.ids.device)], dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Logits processors
+# ----------------------------------------------------------------------------------------------------------------
+
+# Processors that treat every row of a batch alike (from the row's own ids and scores): a tree level's frontier goes
+# through them as one batch. Any other processor (built for the batch of 1: classifier-free guidance, watermarks,
+# prefix constraints ...) sees one row at a time.
+ROW_WISE_PROCESSORS = {
+    "TemperatureLogitsWarper",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
+    "MinPLogitsWarper",
+    "TypicalLogitsWarper",
+    "EpsilonLogitsWarper",
+    "EtaLogitsWarper",
+    "RepetitionPenaltyLogitsProcessor",
+    "NoRepeatNGramLogitsProcessor",
+    "MinLengthLogitsProcessor",
+    "MinNewTokensLengthLogitsProcessor",
+    "SuppressTokensLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor",
+    "InfNanRemoveLogitsProcessor",
+    "LogitNormalization",
+}
+
+
+def is_row_wise(processor) -> bool:
+    # a repetition penalty that skips each row's own prompt (left padding) holds one length per batch row
+    per_row = isinstance(getattr(processor, "prompt_ignore_length", None), torch.Tensor)
+    return type(processor).__name__ in ROW_WISE_PROCESSORS and not per_row
+
+
+class LogitsProcessing:
+    """The call's logits processors (a `LogitsProcessorList` or None), applied in fp32 to the target's rows and the
+    drafter's alike, so that both distributions of the acceptance rule are the processed ones."""
+
+    def __init__(self, processors):
+        self.processors = processors if processors is not None and len(processors) else None
+        self.row_wise = self.processors is not None and all(map(is_row_wise, self.processors))
+
+    def __call__(self, ids: torch.LongTensor, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        return self.processors(ids, logits) if self.processors is not None else logits
+
+    def per_node(self, seq: "DecodingSequence", tree: "DraftTree", nodes: list[int], logits: torch.Tensor):
+        """`logits` (F, V) of tree `nodes` processed, each row with the ids of its own path."""
+        if self.processors is None:
+            return logits.float()
+        paths = [seq.with_path(tree.path_tokens(node)) for node in nodes]  # all the same length (one level)
+        if self.row_wise:
+            return self(torch.cat(paths), logits)
+        return torch.cat([self(ids, logits[f : f + 1]) for f, ids in enumerate(paths)])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Prompt lookup
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """What followed the latest n-gram of a sequence where that n-gram occurred before."""
+
+    tokens: list[int]  # the continuation found
+    ngram: int  # n: how many of the latest tokens matched
+
+
+def lookup_continuation(tokens: torch.Tensor, max_ngram: int, num_tokens: int) -> LookupMatch | None:
+    """The continuation of the longest latest n-gram (n ≤ max_ngram) of `tokens` (1-D) at its most recent earlier
+    occurrence, up to `num_tokens` tokens; None without a match."""
+    length = tokens.shape[0]
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        windows = tokens[: length - 1].unfold(0, n, 1)  # (length - n, n): every n-gram that has a successor
+        hits = (windows == tokens[length - n :]).all(dim=-1).nonzero()
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return LookupMatch(tokens[start : start + num_tokens].tolist(), n)
+    return None
+
+
+@dataclass(frozen=True)
+class LookupPolicy:
+    """When prompt lookup drafts (hybrid drafting); see `DraftSettings` for the meaning of each length."""
+
+    min_ngram: int
+    max_ngram: int
+    num_tokens: int
+    extend_ngram: int
+
+    def find(self, tokens: torch.Tensor, room: int) -> LookupMatch | None:
+        """The continuation of `tokens`' latest n-gram, at most `room` tokens (None where there is no room)."""
+        if room <= 0:
+            return None
+        return lookup_continuation(tokens, self.max_ngram, min(self.num_tokens, room))
+
+    def drafts_alone(self, match: LookupMatch | None) -> bool:
+        """A match long enough to be verified without the drafter's agreement (no drafter call that round)."""
+        return match is not None and match.ngram >= self.min_ngram
+
+    def extends(self, match: LookupMatch | None) -> bool:
+        """A match long enough to extend the end of the drafter's likeliest path."""
+        return match is not None and bool(match.tokens) and match.ngram >= self.extend_ngram
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The draft tree of one round
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Proposal:
+    """One proposed child of a node, in the order the acceptance rule tests them."""
+
+    token: int
+    node: int  # the child's node id (it may have been pruned from the verified tree)
+    q: torch.Tensor | None  # the distribution (V,) the token was drawn from; None: a deterministic draft
+
+
+@dataclass
+class DraftTree:
+    """The draft of one round. Node ids index the lists; the root (the sequence's last token) is `ROOT`.
+
+    `kept` are the nodes the target verifies, parents before children. `proposals[node]` are the node's proposed
+    children in test order: deterministic (lookup) drafts first, then the drafter's draws as drawn — including
+    draws pruned from `kept` and repeated draws, which the sampling rule must still see.
+    """
+
+    source: str = "drafter"  # "drafter", "lookup" or "drafter+lookup" (for the statistics)
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # cumulative log q of the drafter (0 for lookup nodes)
+    proposals: dict[int, list[Proposal]] = field(default_factory=dict)
+    states: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> drafter state fed to its children (d,)
+    slots: dict[int, int] = field(default_factory=dict)  # node -> its position in the drafter's cache
+    kept: list[int] = field(default_factory=list)
+
+    def add(self, token: int, parent: int, score: float) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(1 if parent == ROOT else self.depths[parent] + 1)
+        self.scores.append(score)
+        return len(self.tokens) - 1
+
+    def score(self, node: int) -> float:
+        return 0.0 if node == ROOT else self.scores[node]
+
+    def depth(self, node: int) -> int:
+        return 0 if node == ROOT else self.depths[node]
+
+    def path(self, node: int) -> list[int]:
+        """The nodes from the root's child down to `node`."""
+        nodes = []
+        while node != ROOT:
+            nodes.append(node)
+            node = self.parents[node]
+        return nodes[::-1]
+
+    def path_tokens(self, node: int) -> list[int]:
+        return [self.tokens[n] for n in self.path(node)]
+
+    def kept_children(self) -> dict[int, dict[int, int]]:
+        """parent -> {token: child} over the kept nodes."""
+        children: dict[int, dict[int, int]] = {}
+        for node in self.kept:
+            children.setdefault(self.parents[node], {})[self.tokens[node]] = node
+        return children
+
+    def is_chain(self) -> bool:
+        """Every kept node is the child of the one before it: verifiable with a plain causal mask."""
+        return all(self.parents[node] == (self.kept[i - 1] if i else ROOT) for i, node in enumerate(self.kept))
+
+    def likeliest_leaf(self) -> int:
+        """The end of the likeliest kept path (best-scored child at every step); ROOT for an empty tree."""
+        children = self.kept_children()
+        node = ROOT
+        while children.get(node):
+            node = max(children[node].values(), key=lambda n: self.scores[n])
+        return node
+
+    def graft(self, tokens: list[int], below: int = ROOT) -> None:
+        """Adds a deterministic chain of `tokens` below `below`, sharing the kept nodes it runs along; each of its
+        tokens becomes its parent's first proposal (q one-hot: lossless in speculative sampling as well)."""
+        children = self.kept_children()
+        node = below
+        for token in tokens:
+            child = children.get(node, {}).get(token)
+            if child is None:
+                child = self.add(token, node, self.score(node))
+                self.kept.append(child)
+            self.proposals.setdefault(node, []).insert(0, Proposal(token, child, None))
+            node = child
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The drafter's state across rounds
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class DrafterState:
+    """The drafter's KV cache and the target features of accepted positions that are not in it yet.
+
+    The cache holds only positions computed from the target's features (`committed`); the positions a round
+    drafts from the drafter's own states are dropped at the next commit, which appends the newly accepted
+    positions' target features. A round without a drafter call (prompt lookup alone) leaves the features
+    pending, so the cache is exactly what it would have been.
+    """
+
+    def __init__(self, drafter, layer_ids: list[int]):
+        self.drafter = drafter
+        self.layer_ids = list(layer_ids)
+        self.cache = SlimSpecDrafterCache()
+        self.committed = 0
+        self.pending: list[torch.Tensor] = []  # (1, n, 3·d_t) blocks, oldest first
+
+    def add_target_features(self, hidden_states, rows: torch.LongTensor | None = None) -> None:
+        """Stores the fused features of the accepted `rows` (all rows when None) of the target's last forward."""
+        picked = [hidden_states[i] if rows is None else hidden_states[i][:, rows] for i in self.layer_ids]
+        self.pending.append(torch.cat(picked, dim=-1))  # (1, n, 3·d_t)
+
+    def commit(self, seq: DecodingSequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs the pending positions through the drafter; returns its logits (V,) and state (d,) at the last."""
+        drafter = self.drafter
+        features = torch.cat(self.pending, dim=1).to(device=drafter.device, dtype=drafter.dtype)
+        self.pending.clear()
+        start, n_new = self.committed, features.shape[1]
+        self.cache.crop(start)
+        mask = seq.key_mask[None, : start + n_new].to(drafter.device) if seq.padded else None
+        out = drafter(
+            input_ids=seq.ids[:, start + 1 : start + 1 + n_new].to(drafter.device),  # x_{t+1} for each new t
+            target_features=features,
+            position_ids=seq.positions[None, start : start + n_new].to(drafter.device),
+            attention_mask=mask,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.committed += n_new
+        return out.logits[0, -1], out.hidden_states[0, -1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The proposer: a dynamic tree (EAGLE-2), a chain being the tree of top-k 1
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How far a round's tree grows: `size` nodes verified, `depth` levels, `top_k` children per expanded node and
+    nodes expanded per level; nodes the drafter gives less than `threshold` are not expanded."""
+
+    size: int
+    depth: int
+    top_k: int
+    threshold: float = 0.0
+
+
+class TreeDrafter:
+    """Drafts a round's tree level by level from the drafter's root logits and state.
+
+    Every frontier node gets `top_k` children from the drafter's processed distribution q: its top-k when greedy,
+    `top_k` i.i.d. draws when sampling (what keeps the multi-draft acceptance lossless). The `top_k` new nodes with
+    the highest cumulative log q become the next frontier and go through the drafter in one forward, each seeing
+    the committed cache and its ancestors. The best `size` nodes are kept (a child never outranks its parent, so
+    the kept set is a tree).
+    """
+
+    def __init__(
+        self, state: DrafterState, shape: TreeShape, processing: LogitsProcessing, do_sample: bool, eos_ids: set[int]
+    ):
+        self.state, self.shape = state, shape
+        self.processing, self.do_sample, self.eos_ids = processing, do_sample, eos_ids
+        self.min_logq = float("-inf") if shape.threshold <= 0 else float(torch.tensor(shape.threshold).log())
+
+    def draft(self, seq: DecodingSequence, root_logits, root_state, max_depth: int) -> DraftTree:
+        tree = DraftTree()
+        tree.states[ROOT] = root_state
+        frontier, logits = [ROOT], root_logits[None]  # (F, V)
+        for level in range(1, max_depth + 1):
+            logits = self.processing.per_node(seq, tree, frontier, logits)
+            children = self.expand(tree, frontier, logits)
+            if level == max_depth or not children:
+                break
+            frontier = sorted(children, key=lambda n: -tree.scores[n])[: self.shape.top_k]
+            logits = self.forward(seq, tree, frontier, level)
+        tree.kept = self.keep(tree)
+        return tree
+
+    def expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor) -> list[int]:
+        """Adds the children of every frontier node; returns those that may be expanded in turn."""
+        logq = torch.log_softmax(logits.float(), dim=-1)  # (F, V)
+        if self.do_sample:
+            q = logq.exp()
+            tokens = torch.multinomial(q, self.shape.top_k, replacement=True)  # (F, top_k), i.i.d.
+        else:
+            q = None
+            tokens = logits.topk(min(self.shape.top_k, logits.shape[-1]), dim=-1).indices  # (F, top_k)
+        token_logq = logq.gather(-1, tokens).tolist()
+        expandable = []
+        for f, parent in enumerate(frontier):
+            seen: dict[int, int] = {}
+            for token, lq in zip(tokens[f].tolist(), token_logq[f]):
+                if lq == float("-inf"):
+                    continue  # a processor ruled the token out
+                if token not in seen:
+                    seen[token] = tree.add(token, parent, tree.score(parent) + lq)
+                    if token not in self.eos_ids and lq >= self.min_logq:
+                        expandable.append(seen[token])
+                tree.proposals.setdefault(parent, []).append(Proposal(token, seen[token], None if q is None else q[f]))
+        return expandable
+
+    def forward(self, seq: DecodingSequence, tree: DraftTree, frontier: list[int], level: int) -> torch.Tensor:
+        """One drafter forward over the frontier, each node fed its parent's state; returns its logits (F, V)."""
+        drafter, cache = self.state.drafter, self.state.cache
+        past, width = cache.get_seq_length(), len(frontier)
+        linear = width == 1 and past == self.state.committed + level - 1  # only ancestors in the cache
+        mask = None
+        if not linear or seq.padded:
+            allowed = torch.zeros((width, past + width), dtype=torch.bool)
+            allowed[:, : self.state.committed] = seq.key_mask[: self.state.committed].cpu()
+            for f, node in enumerate(frontier):
+                for ancestor in tree.path(tree.parents[node]):
+                    allowed[f, tree.slots[ancestor]] = True
+                allowed[f, past + f] = True
+            mask = allowed[None, None].to(drafter.device)
+        for f, node in enumerate(frontier):
+            tree.slots[node] = past + f
+        last_position = int(seq.positions[self.state.committed - 1])
+        out = drafter(
+            input_ids=torch.tensor([[tree.tokens[n] for n in frontier]], device=drafter.device),
+            hidden_states=torch.stack([tree.states[tree.parents[n]] for n in frontier])[None],  # (1, F, d)
+            position_ids=torch.full((1, width), last_position + level, device=drafter.device),
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+        )
+        for f, node in enumerate(frontier):
+            tree.states[node] = out.hidden_states[0, f]
+        return out.logits[0]  # (F, V)
+
+    def keep(self, tree: DraftTree) -> list[int]:
+        """The best `size` nodes by cumulative log q, parents before children (ties go to the shallower node)."""
+        order = sorted(range(len(tree.tokens)), key=lambda n: (-tree.scores[n], tree.depths[n], n))
+        return sorted(order[: self.shape.size], key=lambda n: (tree.depths[n], -tree.scores[n], n))
+
+
+__all__ = [
+    "ROOT",
+    "DecodingSequence",
+    "LogitsProcessing",
+    "LookupMatch",
+    "lookup_continuation",
+    "LookupPolicy",
+    "Proposal",
+    "DraftTree",
+    "DrafterState",
+    "TreeShape",
+    "TreeDrafter",
+]
