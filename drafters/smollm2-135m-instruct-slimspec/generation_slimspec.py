@@ -315,7 +315,8 @@ def install_generation_hook() -> None:
         route = getattr(assistant, "slimspec_generate", None)
         if route is not None and arguments.get("custom_generate") is None:  # a caller's own loop comes first
             return route(original, arguments)
-        reject_draft_settings(arguments.get("kwargs") or {}, assistant)
+        if arguments.get("custom_generate") is None:  # a caller's own loop may take SlimSpec settings
+            reject_draft_settings(arguments.get("kwargs") or {}, assistant)
         return original(self, *args, **kwargs)
 
     generate._slimspec_dispatch = True
