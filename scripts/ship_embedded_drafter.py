@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-tree-size", type=int, default=None, help="> 0: draft a tree of this many nodes")
     parser.add_argument("--draft-tree-depth", type=int, default=None, help="the tree's depth (levels)")
     parser.add_argument("--draft-tree-top-k", type=int, default=None, help="children per expanded node")
+    parser.add_argument(
+        "--draft-sampling",
+        default=None,
+        help='settings that apply when sampling, as JSON, e.g. \'{"draft_tree_size": 0, "num_assistant_tokens": 1}\'',
+    )
     parser.add_argument("--dataset", action="append", default=None, help="training dataset named in the card")
     parser.add_argument("--dest", default=None, help="default: the embedded drafter folder")
     args = parser.parse_args(argv)
@@ -44,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (source / "model.safetensors").is_file():
         print(f"ship: {source} holds no model.safetensors; pass a `slimspec train` output folder.", file=sys.stderr)
         return 2
+    sampling = None
+    if args.draft_sampling is not None:
+        try:
+            sampling = json.loads(args.draft_sampling)
+        except json.JSONDecodeError:
+            sampling = args.draft_sampling  # DraftSettings names the parameter and the value below
     drafter = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     settings = {
         "num_assistant_tokens": args.num_assistant_tokens,
@@ -52,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "draft_tree_size": args.draft_tree_size,
         "draft_tree_depth": args.draft_tree_depth,
         "draft_tree_top_k": args.draft_tree_top_k,
+        "draft_sampling": sampling,
     }
     for name, value in settings.items():
         if value is not None:

@@ -10,7 +10,7 @@ def test_defaults_derive_from_hidden_size_and_target_layers():
     assert config.head_rank == 72
     assert config.target_layer_ids == [2, 15, 27]
     assert config.target_hidden_size == 576
-    assert config.num_speculative_tokens == 6
+    assert config.ttt_steps is None and config.speculative_tokens == 3  # decoding settings: generation_config
     assert config.head_dim == 64
 
 
@@ -42,7 +42,7 @@ def test_round_trip(tmp_path):
         ({"head_type": "trimmed"}, "draft_vocab_size"),
         ({"target_layer_ids": [1, 2]}, "three indices"),
         ({"target_layer_ids": [1, 2, 99]}, "[99]"),
-        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"ttt_steps": 0}, "ttt_steps"),
     ],
 )
 def test_bad_values_raise_clear_errors(kwargs, message):

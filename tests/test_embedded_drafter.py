@@ -86,10 +86,11 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     make_tiny_drafter(make_tiny_target(), target_model_name_or_path="org/target").save_pretrained(tmp_path / "trained")
     dest = tmp_path / "drafters" / "tiny-slimspec"
     argv = [str(tmp_path / "trained"), "--dest", str(dest), "--num-assistant-tokens", "3", "--draft-lookup"]
-    assert ship.main([*argv, "--confidence-threshold", "0"]) == 0
+    sampling = ["--draft-sampling", '{"num_assistant_tokens": 1}']
+    assert ship.main([*argv, "--confidence-threshold", "0", *sampling]) == 0
     settings = json.loads((dest / "generation_config.json").read_text())
     assert settings["num_assistant_tokens"] == 3 and settings["assistant_confidence_threshold"] == 0.0
-    assert settings["draft_lookup"] is True
+    assert settings["draft_lookup"] is True and settings["draft_sampling"] == {"num_assistant_tokens": 1}
     assert (dest / "README.md").is_file()
     with safe_open(str(dest / "model.safetensors"), framework="pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
@@ -97,7 +98,26 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     # a bad setting fails before anything is replaced
     with pytest.raises(ValueError, match="num_assistant_tokens"):
         ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--num-assistant-tokens", "0"])
+    with pytest.raises(ValueError, match="draft_sampling.*tree_size"):
+        ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--draft-sampling", '{"tree_size": 2}'])
     assert json.loads((dest / "generation_config.json").read_text())["num_assistant_tokens"] == 3
+
+
+def test_shipped_settings_differ_for_greedy_and_sampling():
+    from transformers import GenerationConfig
+
+    from slimspec_hf.generation_slimspec import DraftSettings
+
+    shipped = GenerationConfig.from_pretrained(EMBEDDED_DRAFTER_DIR)
+    greedy = DraftSettings.resolve(shipped, do_sample=False)
+    sampled = DraftSettings.resolve(shipped, do_sample=True)
+    assert greedy.draft_tree_size > 0 and greedy.draft_lookup  # a tree with lookup
+    assert sampled.draft_tree_size == 0 and sampled.num_assistant_tokens == 1 and sampled.draft_lookup
+    # a caller's explicit setting beats the drafter's sampling default; the caller's own draft_sampling beats both
+    assert DraftSettings.resolve(shipped, {"draft_tree_size": 6}, do_sample=True).draft_tree_size == 6
+    mine = {"draft_tree_size": 6, "draft_sampling": {"draft_tree_size": 2}}
+    assert DraftSettings.resolve(shipped, mine, do_sample=True).draft_tree_size == 2
+    assert DraftSettings.resolve(shipped, mine, do_sample=False).draft_tree_size == 6
 
 
 @pytest.mark.integration

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 import slimspec_hf
 from slimspec_hf.evaluation.benchmark import default_questions_path, load_questions
@@ -61,7 +62,9 @@ def main():
         systems[name] = (new, json.loads(settings) if settings else {})
     if args.old_commit:
         folder = old_drafter_folder(args.old_commit, Path(tempfile.mkdtemp()))
-        old = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=target.dtype)
+        # the folder's own code (remote code), not the registered class of the installed package
+        old_class = get_class_from_dynamic_module("modeling_slimspec.SlimSpecDrafterForCausalLM", str(folder))
+        old = old_class.from_pretrained(folder, dtype=target.dtype)
         assert type(old).__module__.startswith("transformers_modules"), type(old).__module__
         systems[f"old@{args.old_commit}"] = (old, {})
 
@@ -76,7 +79,9 @@ def main():
         inputs = encode_prompt(tokenizer, question["prompt"])
         for name, (drafter, settings) in systems.items():
             torch.manual_seed(1000 + i)
-            kwargs = dict(max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id, **sample, **settings)
+            kwargs = dict(
+                max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id, **sample, **settings
+            )
             if drafter is not None:
                 kwargs["assistant_model"] = drafter
             start = time.perf_counter()
@@ -91,8 +96,10 @@ def main():
                 row["accepted"] += stats.accepted_tokens
         print(f"prompt {i + 1}/{len(questions)} done", flush=True)
     base = totals["target"]["tokens"] / totals["target"]["seconds"]
-    print(f"\n{args.dataset}, {len(questions)} prompts × {args.max_new_tokens} tokens, T {args.temperature}, "
-          f"top-p {args.top_p}, {args.dtype}, {args.threads} thread(s)\n")
+    print(
+        f"\n{args.dataset}, {len(questions)} prompts × {args.max_new_tokens} tokens, T {args.temperature}, "
+        f"top-p {args.top_p}, {args.dtype}, {args.threads} thread(s)\n"
+    )
     print("| system | tok/s | vs target | τ |\n|---|---:|---:|---:|")
     for name, row in totals.items():
         speed = row["tokens"] / row["seconds"]

@@ -36,11 +36,9 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
         head_rank (`int`): rank r of the low-rank head, default `hidden_size // 8`.
         draft_vocab_size (`int`): number K of kept tokens of the trimmed head.
         norm_before_residual (`bool`): take the layer's residual after `hidden_norm` (speculators variant).
-        num_speculative_tokens (`int`): tokens drafted per round (k).
-        draft_confidence_threshold (`float`, *optional*): end a round's drafting early, after the first drafted
-            token whose probability under the drafter is below this value (fewer tokens to verify where the
-            drafter is unsure). `None` (the default, as in the paper) always drafts `num_speculative_tokens`.
-            `generate(..., assistant_confidence_threshold=x)` overrides it for one call. Lossless either way.
+        ttt_steps (`int`, *optional*): the training-time-test depth the drafter was trained with (EAGLE-3's
+            unrolled drafting steps); engines that draft chains of their own (vLLM) take it as their default number
+            of speculative tokens. Decoding settings are not here: they are the drafter's `generation_config`.
         target_model_name_or_path (`str`): the target the drafter was trained for.
     """
 
@@ -71,9 +69,8 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
     draft_vocab_size: int | None = None
     # layer variant: residual taken after `hidden_norm` (vLLM speculators' norm_before_residual=True)
     norm_before_residual: bool = False
-    # drafting
-    num_speculative_tokens: int = 6
-    draft_confidence_threshold: float | None = None
+    # training
+    ttt_steps: int | None = None
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -124,16 +121,16 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
                         f"`target_layer_ids` {ids} has {bad} outside [0, target_num_hidden_layers = "
                         f"{self.target_num_hidden_layers}] (indices into `outputs.hidden_states`, 0 = embeddings)."
                     )
-        threshold = self.draft_confidence_threshold
-        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 <= threshold < 1.0):
-            raise ValueError(
-                f"`draft_confidence_threshold` must be None or a probability in [0, 1), got {threshold!r}; "
-                "e.g. 0.3 stops drafting after the first token the drafter gives less than 30%."
-            )
-        if self.num_speculative_tokens < 1:
-            raise ValueError(f"`num_speculative_tokens` ({self.num_speculative_tokens}) must be at least 1.")
+        if self.ttt_steps is not None and (isinstance(self.ttt_steps, bool) or int(self.ttt_steps) < 1):
+            raise ValueError(f"`ttt_steps` ({self.ttt_steps}) must be None or at least 1.")
         if self.hidden_size % self.num_attention_heads != 0 and self.head_dim * self.num_attention_heads == 0:
             raise ValueError(f"`hidden_size` ({self.hidden_size}) and `num_attention_heads` do not fit.")
+
+    @property
+    def speculative_tokens(self) -> int:
+        """Tokens an engine drafting chains of its own (vLLM) proposes per round by default: the TTT depth (a
+        checkpoint written before that name holds the value as `num_speculative_tokens`)."""
+        return int(self.ttt_steps or getattr(self, "num_speculative_tokens", None) or 3)
 
     @classmethod
     def from_target_config(cls, target_config: Any, **overrides) -> "SlimSpecDrafterConfig":

@@ -244,7 +244,9 @@ def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, process
     node, path, raw, scores = ROOT, [], [], []
     while True:
         row = logits(node).float()  # (1, V)
-        processed = processing(seq.with_path([tree.tokens[n] for n in path]), row.clone())
+        processed = row
+        if processing.processors is not None:  # processors read the ids of the path so far
+            processed = processing(seq.with_path([tree.tokens[n] for n in path]), row.clone())
         raw.append(row)
         scores.append(processed)
         if do_sample:

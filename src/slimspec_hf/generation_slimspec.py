@@ -136,9 +136,9 @@ CUSTOM_SETTINGS = tuple(name for name in DraftSettings.names() if name.startswit
 
 
 def draft_generation_config(config):
-    """The default `generation_config` of a drafter whose folder has none (checkpoints written before it held the
-    decoding defaults): k and the threshold from the config's `num_speculative_tokens` / `draft_confidence_threshold`.
-    """
+    """The default `generation_config` of a new drafter, or of one whose folder has none (checkpoints written before
+    it held the decoding defaults kept k and the threshold in config.json as `num_speculative_tokens` /
+    `draft_confidence_threshold`, which are read here)."""
     from transformers import GenerationConfig
 
     threshold = getattr(config, "draft_confidence_threshold", None)

@@ -525,9 +525,7 @@ def test_export_round_trip_low_rank(tmp_path, target):
     assert cfg["draft_vocab_size"] == 128 and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
     assert cfg["transformer_layer_config"]["num_hidden_layers"] == 1
     assert cfg["speculators_config"]["verifier"]["name_or_path"] == "tiny-llama"
-    assert (
-        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.num_speculative_tokens
-    )
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.speculative_tokens
     from safetensors.torch import load_file
 
     tensors = load_file(str(out / "model.safetensors"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slimspec_hf import SlimSpecDrafterConfig, low_rank_factors
+from slimspec_hf import low_rank_factors
 from slimspec_hf.training.config import SlimSpecConfig
 from slimspec_hf.training.head_init import activation_aware_factors
 from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel, emulated_bf16_warning
@@ -454,10 +454,10 @@ def test_ttt_steps_do_not_set_the_drafters_draft_length(tmp_path):
     from slimspec_hf.training.head_init import build_drafter
 
     target = make_tiny_target()
-    default = build_drafter(target, tiny_args(tmp_path, ttt_steps=2)).config.num_speculative_tokens
-    assert default == SlimSpecDrafterConfig.from_target_config(target.config).num_speculative_tokens
+    default = build_drafter(target, tiny_args(tmp_path, ttt_steps=2))
+    assert default.generation_config.num_assistant_tokens == 6 and default.config.ttt_steps == 2
     chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_speculative_tokens=3))
-    assert chosen.config.num_speculative_tokens == 3
+    assert chosen.generation_config.num_assistant_tokens == 3 and chosen.config.ttt_steps == 2
 
 
 def test_target_last_layer_init_reproduces_the_targets_last_layer(tmp_path):

@@ -193,7 +193,7 @@ def measure_round_costs(
     from ..cache_slimspec import SlimSpecDrafterCache
 
     cfg = drafter.config
-    k = int(num_speculative_tokens or cfg.num_speculative_tokens)
+    k = int(num_speculative_tokens or cfg.speculative_tokens)
     device = next(drafter.parameters()).device
     dtype = next(drafter.parameters()).dtype
     if context_length < 1:

@@ -109,7 +109,7 @@ def speculators_config(
         "speculators_model_type": "eagle3",
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": int(cfg.num_speculative_tokens)}],
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": cfg.speculative_tokens}],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier, "architectures": []},
         },

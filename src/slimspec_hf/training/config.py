@@ -174,8 +174,9 @@ class SlimSpecConfig(TrainingArguments):
     num_speculative_tokens: int | None = field(
         default=None,
         metadata={
-            "help": "Tokens the saved drafter proposes per round by default (its config's `num_speculative_tokens`); "
-            "None keeps the drafter config's default. Independent of `ttt_steps`, the unroll depth of training."
+            "help": "Tokens the saved drafter drafts per round by default (its generation_config's "
+            "`num_assistant_tokens`); "
+            "None keeps the drafter's. Independent of `ttt_steps`, the unroll depth of training."
         },
     )
 

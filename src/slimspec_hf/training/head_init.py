@@ -23,9 +23,7 @@ LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_
 
 def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterForCausalLM:
     """A new drafter for `target`, shaped by `args` (`head_type`, `head_rank`, ...), in fp32 (master weights)."""
-    overrides: dict[str, Any] = {"head_type": args.head_type}
-    if args.num_speculative_tokens is not None:
-        overrides["num_speculative_tokens"] = args.num_speculative_tokens
+    overrides: dict[str, Any] = {"head_type": args.head_type, "ttt_steps": args.ttt_steps}
     if args.head_rank is not None:
         overrides["head_rank"] = args.head_rank
     if args.draft_vocab_size is not None:
@@ -35,7 +33,10 @@ def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterFor
     config = SlimSpecDrafterConfig.from_target_config(target.config, **overrides)
     torch.manual_seed(args.seed)
     dtype = next(target.parameters()).dtype
-    return SlimSpecDrafterForCausalLM(config).to(dtype=torch.float32 if dtype != torch.float32 else dtype)
+    drafter = SlimSpecDrafterForCausalLM(config).to(dtype=torch.float32 if dtype != torch.float32 else dtype)
+    if args.num_speculative_tokens is not None:  # a decoding default: the drafter's generation_config holds it
+        drafter.generation_config.num_assistant_tokens = int(args.num_speculative_tokens)
+    return drafter
 
 
 @torch.no_grad()

@@ -265,6 +265,7 @@ class SlimSpecTrainer(Trainer):
         self._tokenizer = processing_class
         cap = getattr(target.config.get_text_config(decoder=True), "final_logit_softcapping", None)
         wrapper = SlimSpecTTTModel(model, target.get_output_embeddings(), args, logit_softcapping=cap)
+        wrapper.base_drafter.config.ttt_steps = args.ttt_steps  # the depth the saved drafter was trained with
         super().__init__(
             model=wrapper,
             args=args,

@@ -53,7 +53,7 @@ def vllm_config(drafter: SlimSpecDrafterForCausalLM, dtype: torch.dtype, verifie
         # kept for the record: which target the drafter was trained for, and the shipped draft length
         slimspec={
             "verifier": spec["speculators_config"]["verifier"]["name_or_path"],
-            "num_speculative_tokens": int(cfg.num_speculative_tokens),
+            "num_speculative_tokens": cfg.speculative_tokens,
         },
     )
     if spec["target_hidden_size"] is not None:
