@@ -45,6 +45,7 @@ from .drafting_slimspec import (
     Proposal,
     TreeDrafter,
     TreeShape,
+    is_row_wise,
 )
 from .generation_slimspec import (
     DraftSettings,
@@ -310,15 +311,19 @@ class SpeculativeDecoder:
             logits_to_keep=1,
             return_dict=True,
         )
+        return self.first_token(seq, out.logits[:, -1], out.hidden_states)
+
+    def first_token(self, seq: DecodingSequence, logits: torch.Tensor, hidden_states) -> torch.LongTensor:
+        """The token (1, 1) after the prompt from the prefill's last `logits` (1, V) and `hidden_states`."""
         if self.all_hidden_states:
-            self.hidden_states = (tuple(out.hidden_states),)
-        raw = out.logits[:, -1].float()
+            self.hidden_states = (tuple(hidden_states),)
+        raw = logits.float()
         scores = self.processing(seq.ids, raw.clone())
         if self.do_sample:
             token = torch.multinomial(torch.softmax(scores, dim=-1), 1)
         else:
             token = scores.argmax(-1, keepdim=True)
-        self.state.add_target_features(out.hidden_states)
+        self.state.add_target_features(hidden_states)
         self.scores, self.raw_logits = (scores,), (raw,)
         return token
 
@@ -377,17 +382,26 @@ class SpeculativeDecoder:
 
     def advance(self, seq: DecodingSequence, tree: DraftTree, hidden_states, logits, acceptance) -> torch.LongTensor:
         """Commits the accepted path and the target's next token; returns the tokens appended (1, n)."""
+        new_tokens, rows = self.take(seq, tree, logits, acceptance)
+        compact_cache(self.cache, seq.length - 1, rows)
+        return self.record(seq, tree, hidden_states, acceptance, new_tokens, rows)
+
+    def take(self, seq: DecodingSequence, tree: DraftTree, logits, acceptance) -> tuple[list[int], torch.LongTensor]:
+        """The tokens the round appends (the accepted path and the target's token, cut at EOS and the length
+        limit) and the verified rows whose keys and values the target's cache keeps (the root and the path)."""
         new_tokens = [tree.tokens[n] for n in acceptance.path] + [acceptance.token]
         new_tokens = new_tokens[: self.max_length - seq.length]  # the drafter may propose beyond the length limit
         for i, token in enumerate(new_tokens):
             if token in self.eos_ids:  # ... and beyond an EOS
                 new_tokens = new_tokens[: i + 1]
                 break
-        path = acceptance.path[: len(new_tokens) - 1]
+        rows = [0] + [logits.rows[n] for n in acceptance.path[: len(new_tokens) - 1]]
+        return new_tokens, torch.tensor(rows, dtype=torch.long)
+
+    def record(self, seq, tree, hidden_states, acceptance, new_tokens, rows) -> torch.LongTensor:
+        """Appends `new_tokens` to `seq`, their target features to the drafter's state, the round to the stats."""
         depth = max((tree.depths[n] for n in tree.kept), default=0)
-        self.stats.record(tree.source, len(tree.kept), len(path), positions=depth)  # per-position lists are per depth
-        rows = torch.tensor([0] + [logits.rows[n] for n in path], dtype=torch.long)
-        compact_cache(self.cache, seq.length - 1, rows)
+        self.stats.record(tree.source, len(tree.kept), len(rows) - 1, positions=depth)  # per-position: per depth
         self.state.add_target_features(hidden_states, rows.to(hidden_states[self.layer_ids[0]].device))
         appended = torch.tensor([new_tokens], dtype=seq.ids.dtype, device=seq.ids.device)
         seq.append(appended)
@@ -396,6 +410,185 @@ class SpeculativeDecoder:
         if self.all_hidden_states:  # the states of the row each new token was predicted from
             self.hidden_states += tuple(tuple(h[:, r : r + 1] for h in hidden_states) for r in rows.tolist())
         return appended
+
+
+class BatchedSpeculativeDecoder:
+    """A `generate()` call over B > 1 prompts: every row drafts and accepts on its own (a batch-1
+    `SpeculativeDecoder` per row: its sequence, drafter state, proposer and stats), and ONE target forward verifies
+    every row's draft.
+
+    The target's cache is shared, (B, H, S, d). Its rows stay left-aligned as left padding is: row b's cached tokens
+    fill the last slots and a masked filler the rest, so a row's slot distance is its position distance (sliding
+    windows apply as in plain decoding). After each round every row's root and accepted path move to the end of its
+    row (`realign_cache`); a row that finishes (EOS, the length limit, a stopping criterion) leaves the batch.
+    """
+
+    def __init__(self, target, drafter, generation_config, logits_processor, settings, cache, input_ids, mask):
+        self.target, self.cache = target, cache
+        batch = input_ids.shape[0]
+        self.rows = [
+            SpeculativeDecoder(target, drafter, generation_config, logits_processor, settings, cache)
+            for _ in range(batch)
+        ]
+        self.seqs = [
+            DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)
+        ]
+        self.active = list(range(batch))  # the rows still decoding, in the order of the cache's batch dimension
+        self.head, self.lazy_head = self.rows[0].head, self.rows[0].lazy_head
+        self.captured = self.rows[0].captured
+        self.tree_masks = self.rows[0].tree_masks
+
+    def prefill(self) -> None:
+        seqs = self.seqs
+        out = self.target(
+            input_ids=torch.cat([s.ids for s in seqs]),
+            position_ids=torch.stack([s.positions for s in seqs]),
+            attention_mask=torch.stack([s.key_mask for s in seqs]).long(),
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=self.captured,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+        for b, (row, seq) in enumerate(zip(self.rows, seqs)):
+            seq.append(row.first_token(seq, out.logits[b : b + 1, -1], row_states(out.hidden_states, b)))
+
+    def slot_keys(self, b: int, slots: int) -> torch.Tensor:
+        """Which of the cache's `slots` hold row b's tokens (False: filler or the row's own left padding)."""
+        seq = self.seqs[b]
+        cached = seq.key_mask[: seq.length - 1]
+        return torch.cat([cached.new_zeros(slots - cached.numel()), cached])
+
+    def round(self, stopping_criteria) -> None:
+        """Drafts every active row, verifies them in one forward, accepts per row, realigns, retires finished rows."""
+        trees = [self.rows[b].propose(self.seqs[b]) for b in self.active]
+        slots, cached = self.cache.get_seq_length(), [self.seqs[b].length - 1 for b in self.active]
+        hidden_states, verified = self.verify(trees)
+        keeps = []
+        for i, (b, tree) in enumerate(zip(self.active, trees)):
+            row, seq = self.rows[b], self.seqs[b]
+            if self.head is None:
+                logits = TargetLogits(tree, None, None, verified[i : i + 1])
+            else:
+                logits = TargetLogits(tree, self.head, verified[i : i + 1], lazy=self.lazy_head)
+            acceptance = accept(tree, logits, seq, row.processing, row.do_sample)
+            new_tokens, keep = row.take(seq, tree, logits, acceptance)
+            row.record(seq, tree, row_states(hidden_states, i), acceptance, new_tokens, keep)
+            keeps.append(keep)
+        realign_cache(self.cache, slots, cached, keeps)
+        done = [bool(stopping_criteria(self.seqs[b].ids, None).all()) for b in self.active]
+        if any(done):
+            staying = [i for i, finished in enumerate(done) if not finished]
+            self.active = [self.active[i] for i in staying]
+            if staying:
+                select_cache_rows(self.cache, torch.tensor(staying, dtype=torch.long))
+
+    def verify(self, trees: list[DraftTree]):
+        """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding is
+        masked as keys and sees only itself as a query); returns the hidden states and the last hidden states
+        (or the logits, when the target's logits are more than its LM head)."""
+        slots, width = self.cache.get_seq_length(), max(len(t.kept) + 1 for t in trees)
+        device = self.seqs[0].ids.device
+        ids = torch.zeros((len(trees), width), dtype=torch.long)
+        positions = torch.zeros((len(trees), width), dtype=torch.long)
+        for i, (b, tree) in enumerate(zip(self.active, trees)):
+            seq, n = self.seqs[b], len(tree.kept) + 1
+            ids[i, :n] = torch.tensor([int(seq.ids[0, -1])] + [tree.tokens[k] for k in tree.kept])
+            ids[i, n:] = ids[i, n - 1]
+            depths = torch.tensor([0] + [tree.depths[k] for k in tree.kept] + [0] * (width - n))
+            positions[i] = int(seq.positions[-1]) + depths
+        inputs = {
+            "input_ids": ids.to(device),
+            "position_ids": positions.to(device),
+            "attention_mask": self.verify_mask(trees, slots, width),
+            "cache": self.cache,
+            "use_cache": True,
+            "output_hidden_states": self.captured,
+            "return_dict": True,
+        }
+        if self.head is None:
+            out = self.target(**inputs, logits_to_keep=0)
+            return out.hidden_states, out.logits
+        out = getattr(self.target, self.target.base_model_prefix)(**inputs)
+        return out.hidden_states, out.last_hidden_state
+
+    def verify_mask(self, trees: list[DraftTree], slots: int, width: int):
+        """A 2-D key mask when every draft is a chain (the target builds its causal masks), else additive 4-D tree
+        masks (B, 1, width, slots + width), one per layer type where they differ."""
+        device = self.seqs[0].ids.device
+        if all(tree.is_chain() for tree in trees):
+            keys = []
+            for b, tree in zip(self.active, trees):
+                nodes = torch.arange(width) <= len(tree.kept)
+                keys.append(torch.cat([self.slot_keys(b, slots).cpu(), nodes]))
+            return torch.stack(keys).long().to(device)
+        target = self.target
+        dtype = target.dtype if target.dtype.is_floating_point else torch.float32
+        config = target.config.get_text_config(decoder=True)
+        masks = []
+        for b, tree in zip(self.active, trees):
+            mask = tree_attention_mask(config, self.seqs[b], tree, dtype)
+            masks.append(mask if isinstance(mask, dict) else {None: mask})
+        merged = {kind: torch.cat([pad_tree_mask(m[kind], slots, width) for m in masks]) for kind in masks[0]}
+        return merged[None] if None in merged else merged
+
+    def stats(self) -> SlimSpecGenerationStats:
+        return SlimSpecGenerationStats.combined([row.stats for row in self.rows])
+
+    def sequences(self, pad_token_id: int) -> torch.LongTensor:
+        """The rows as transformers returns a batch: each row's tokens, then `pad_token_id` to the longest."""
+        length = max(seq.length for seq in self.seqs)
+        out = self.seqs[0].ids.new_full((len(self.seqs), length), pad_token_id)
+        for b, seq in enumerate(self.seqs):
+            out[b, : seq.length] = seq.ids[0]
+        return out
+
+
+def row_states(hidden_states, row: int) -> tuple:
+    """Batch row `row` (kept as a batch of 1) of every layer's states the target returned (None where not asked)."""
+    return tuple(None if h is None else h[row : row + 1] for h in hidden_states)
+
+
+def pad_tree_mask(mask: torch.Tensor, slots: int, width: int) -> torch.Tensor:
+    """A row's additive tree mask (1, 1, n, past + n) placed in the batch's slots: a masked filler before its past,
+    masked padding columns after its nodes, and padding rows that see only themselves."""
+    n, past = mask.shape[-2], mask.shape[-1] - mask.shape[-2]
+    blocked = torch.finfo(mask.dtype).min
+    out = mask.new_full((1, 1, width, slots + width), blocked)
+    out[..., :n, slots - past : slots + n] = mask
+    pads = torch.arange(n, width)
+    out[0, 0, pads, slots + pads] = 0
+    return out
+
+
+def realign_cache(cache, slots: int, cached: list[int], keeps: list[torch.LongTensor]) -> None:
+    """After a batched round, whose cache holds `slots` slots and then the round's verified columns: row i keeps
+    its last `cached[i]` slots and its verified columns `keeps[i]`, moved to the end of its row behind a filler.
+    Where every row kept as many columns as the longest, each a prefix, this is a crop; otherwise one gather."""
+    total = cache.get_seq_length()
+    length = max(c + keep.numel() for c, keep in zip(cached, keeps))
+    index = torch.empty((len(keeps), length), dtype=torch.long)
+    for i, (c, keep) in enumerate(zip(cached, keeps)):
+        filler = torch.arange(length - c - keep.numel()).clamp(max=total - 1)  # any slot: masked as a key
+        index[i] = torch.cat([filler, torch.arange(slots - c, slots), slots + keep])
+    if bool((index == torch.arange(length)).all()):
+        if total > length:
+            cache.crop(-(total - length))  # transformers' crop takes the number of positions to drop, negated
+        return
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False):
+            continue
+        gather = index.to(layer.keys.device)[:, None, :, None]
+        layer.keys = layer.keys.gather(2, gather.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+        layer.values = layer.values.gather(2, gather.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+
+
+def select_cache_rows(cache, rows: torch.LongTensor) -> None:
+    """Keeps the batch rows `rows` of every layer (rows that finished leave the batch)."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            index = rows.to(layer.keys.device)
+            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
 
 
 def lookup_tree(tokens: list[int]) -> DraftTree:
@@ -439,6 +632,19 @@ def speculative_decoding(
     (`generate()` prepared the inputs, processors, stopping criteria and cache). Returns the sequences, or a
     `GenerateDecoderOnlyOutput` with `sequences`, `scores`, `logits` and `cache` (`return_dict_in_generate`)."""
     cache = check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs)
+    if input_ids.shape[0] > 1:
+        check_batch(generation_config, logits_processor, streamer)
+        return batched_decoding(
+            model,
+            drafter,
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            settings,
+            cache,
+            model_kwargs.get("attention_mask"),
+        )
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache)
     drafter.last_generation_stats = decoder.stats
     return_dict = bool(generation_config.return_dict_in_generate)
@@ -468,13 +674,51 @@ def speculative_decoding(
     )
 
 
+def batched_decoding(
+    model, drafter, input_ids, logits_processor, stopping_criteria, generation_config, settings, cache, mask
+):
+    """`speculative_decoding` for B > 1 prompts (left padding and `attention_mask` as for plain `generate()`)."""
+    decoder = BatchedSpeculativeDecoder(
+        model, drafter, generation_config, logits_processor, settings, cache, input_ids, mask
+    )
+    decoder.prefill()
+    decoder.active = [b for b in decoder.active if not bool(stopping_criteria(decoder.seqs[b].ids, None).all())]
+    if len(decoder.active) < input_ids.shape[0]:
+        select_cache_rows(cache, torch.tensor(decoder.active, dtype=torch.long))
+    while decoder.active:
+        decoder.round(stopping_criteria)
+    drafter.last_generation_stats = decoder.stats()
+    pad = getattr(generation_config, "_pad_token_tensor", None)
+    if pad is None:
+        pad = getattr(generation_config, "_eos_token_tensor", None)
+    sequences = decoder.sequences(int(pad.flatten()[0]) if pad is not None else 0)
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return GenerateDecoderOnlyOutput(sequences=sequences)
+
+
+def check_batch(generation_config, logits_processor, streamer) -> None:
+    """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
+    if streamer is not None:
+        raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
+    if generation_config.return_dict_in_generate and (
+        generation_config.output_scores or generation_config.output_logits or generation_config.output_hidden_states
+    ):
+        raise ValueError(
+            "SlimSpec decoding with batch size > 1 returns `sequences` only; drop output_scores/output_logits/"
+            "output_hidden_states or pass one prompt."
+        )
+    processing = LogitsProcessing(logits_processor)
+    if processing.processors is not None and not processing.row_wise:
+        names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
+        raise ValueError(
+            f"SlimSpec decoding with batch size > 1 applies logits processors one row at a time; {names} hold "
+            "per-batch state. Pass one prompt at a time."
+        )
+
+
 def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
     """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"SlimSpec decoding is batch-1 (as is assisted generation in transformers); got batch size "
-            f"{input_ids.shape[0]}. Call `generate` once per prompt."
-        )
     if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
         raise ValueError(
             f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "

@@ -169,6 +169,30 @@ class SlimSpecGenerationStats:
     drafted_per_position: list[int] = field(default_factory=list)
     rounds_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    per_row: list["SlimSpecGenerationStats"] = field(default_factory=list)  # batch > 1: each prompt's own
+
+    @classmethod
+    def combined(cls, rows: list["SlimSpecGenerationStats"]) -> "SlimSpecGenerationStats":
+        """The totals of a batch's rows, which it keeps as `per_row`."""
+        total = cls(per_row=list(rows))
+        for row in rows:
+            total.rounds += row.rounds
+            total.drafted_tokens += row.drafted_tokens
+            total.accepted_tokens += row.accepted_tokens
+            for mine, theirs in (
+                (total.accepted_per_position, row.accepted_per_position),
+                (total.drafted_per_position, row.drafted_per_position),
+            ):
+                mine.extend([0] * (len(theirs) - len(mine)))
+                for i, value in enumerate(theirs):
+                    mine[i] += value
+            for mine, theirs in (
+                (total.rounds_by_source, row.rounds_by_source),
+                (total.accepted_by_source, row.accepted_by_source),
+            ):
+                for source, value in theirs.items():
+                    mine[source] = mine.get(source, 0) + value
+        return total
 
     @property
     def acceptance_length(self) -> float:
@@ -214,6 +238,7 @@ class SlimSpecGenerationStats:
             "per_position_acceptance": self.per_position_acceptance,
             "rounds_by_source": dict(self.rounds_by_source),
             "acceptance_length_by_source": self.acceptance_length_by_source,
+            **({"per_row": [row.as_dict() for row in self.per_row]} if self.per_row else {}),
         }
 
 

@@ -89,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="P",
         help="also run each drafter with assistant_confidence_threshold=P (rows named NAME@pP)",
     )
+    p.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="B",
+        help="batched decoding instead: plain batched generate() against each drafter (its own defaults) at each "
+        "batch size, batches of B questions interleaved; the first --temperatures value is used",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
     p.add_argument("--timing-repeats", type=int, default=20)
@@ -97,6 +106,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_runtime_arguments(p)
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) -> int:
+    """`--batch-sizes`: the batched sweep, one table, `batch_sweep.json` in --output-dir."""
+    import torch
+
+    from ..evaluation.batching import render_sweep, run_batch_sweep, summarize
+    from ..utils import atomic_write_json
+
+    systems = {}
+    for name, drafter in drafters.items():
+        systems[name] = {"assistant_model": drafter}
+        if args.num_speculative_tokens:
+            systems[name]["num_assistant_tokens"] = args.num_speculative_tokens
+    temperature = args.temperatures[0]
+    sweep = run_batch_sweep(
+        target,
+        tokenizer,
+        systems,
+        [q["prompt"] for q in questions],
+        args.batch_sizes,
+        max_new_tokens=args.max_new_tokens,
+        temperature=temperature,
+        seed=args.seed,
+    )
+    summary = summarize(sweep)
+    header = (
+        f"{len(questions)} questions × {args.max_new_tokens} new tokens, temperature {temperature:g}, "
+        f"{target.dtype}, {torch.get_num_threads()} thread(s), {target.device}"
+    )
+    path = Path(args.output_dir) / "batch_sweep.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"header": header, "summary": summary, **sweep}, indent=1)
+    logger.info("wrote %s", path)
+    print(render_sweep(summary, header))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.drafter:
         check_model_source(path, "--drafter")
     questions = load_questions(data, args.categories, args.limit, args.dataset)
+    if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or not args.drafter):
+        raise CommandError(
+            f"`--batch-sizes`: got {args.batch_sizes} with {len(args.drafter)} --drafter; give batch sizes >= 1 "
+            "and at least one --drafter."
+        )
     target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
     logger.info(runtime_line(target))
     drafters = {}
@@ -117,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         if name in drafters or name in ("target", "prompt_lookup"):
             name = f"{name}-{i}"
         drafters[name] = drafter
+    if args.batch_sizes is not None:
+        return batch_sweep(args, target, tokenizer, drafters, questions)
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),

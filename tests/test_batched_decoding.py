@@ -1,0 +1,195 @@
+"""Batched SlimSpec decoding: `target.generate(**batch, assistant_model=drafter)` with B > 1 left-padded prompts.
+
+Every row drafts and accepts on its own, one target forward verifies all rows, and the shared target cache is
+realigned so that each row keeps only its accepted tokens. fp32 greedy output equals plain batched greedy row for
+row; sampled rows follow the target's exact distribution (χ²), and both fail when a part is broken on purpose."""
+
+import pytest
+import torch
+
+from slimspec_hf import decoding_slimspec
+
+from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+from .families import FAMILIES, WINDOW, make_family_target
+from .test_generation import CHI2_999, _chi_square, _exact_marginals, make_counting_drafter, make_counting_target
+
+
+MODES = {
+    "chain": dict(num_assistant_tokens=3),
+    "hybrid": dict(num_assistant_tokens=1, draft_lookup=True),
+    "tree+lookup": dict(draft_tree_size=8, draft_tree_depth=3, draft_tree_top_k=3, draft_lookup=True),
+}
+
+
+def left_padded(prompts: list[list[int]], pad: int = 0) -> tuple[torch.LongTensor, torch.LongTensor]:
+    length = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), length), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, length - len(prompt) :] = torch.tensor(prompt)
+        mask[i, length - len(prompt) :] = 1
+    return ids, mask
+
+
+def random_prompts(vocab_size: int, lengths, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batched_greedy_equals_plain_batched_greedy_for_every_family(family):
+    target = make_family_target(family, vocab_size=16)
+    drafter = make_tiny_drafter(target)
+    # rows of very different lengths, two longer than the sliding window
+    ids, mask = left_padded(random_prompts(16, (2 * WINDOW + 3, 3, 2 * WINDOW - 2, 9)))
+    settings = dict(max_new_tokens=24, do_sample=False, pad_token_id=0)
+    plain = target.generate(ids, attention_mask=mask, **settings)
+    for mode, draft in MODES.items():
+        fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings, **draft)
+        assert fast.tolist() == plain.tolist(), mode
+        stats = drafter.last_generation_stats
+        assert len(stats.per_row) == 4 and stats.rounds == sum(row.rounds for row in stats.per_row)
+        assert stats.accepted_tokens == sum(row.accepted_tokens for row in stats.per_row)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(k):
+    """Rows stop at different rounds (EOS mid-round or the length limit) and are padded as transformers pads."""
+    target = make_counting_target(eos_token_id=100)
+    drafter = make_counting_drafter(target)
+    generator = torch.Generator().manual_seed(k)
+    saw_eos_row = False
+    for i in range(8):
+        prompts = [[int(t)] for t in torch.randint(60, 110, (3,), generator=generator)]
+        prompts[1] = [5, 6, 7, 90 + i]  # rows of different lengths
+        ids, mask = left_padded(prompts)
+        settings = dict(max_new_tokens=5 + (i * 7) % 23, do_sample=False, pad_token_id=0)
+        plain = target.generate(ids, attention_mask=mask, **settings)
+        fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, num_assistant_tokens=k, **settings)
+        assert fast.tolist() == plain.tolist(), i
+        saw_eos_row |= bool(((plain == 100).any(-1) & (plain[:, -1] == 0)).any())
+    assert saw_eos_row  # a row ended with EOS before the others and was padded
+
+
+def test_per_row_rollback_is_what_keeps_rows_exact(monkeypatch):
+    """A batch-wide crop to the longest row (what `DynamicCache.crop` offers) leaves other rows' rejected drafts in
+    the cache: the output is no longer plain greedy decoding."""
+    target = make_family_target("llama", vocab_size=16)
+    drafter = make_tiny_drafter(target)
+    ids, mask = left_padded(random_prompts(16, (9, 4, 12)))
+    settings = dict(max_new_tokens=24, do_sample=False, pad_token_id=0, **MODES["hybrid"])
+    plain = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+
+    def crop_to_the_longest(cache, slots, cached, keeps):
+        length = max(c + keep.numel() for c, keep in zip(cached, keeps))
+        cache.crop(-(cache.get_seq_length() - length))
+
+    monkeypatch.setattr(decoding_slimspec, "realign_cache", crop_to_the_longest)
+    broken = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
+    assert broken.tolist() != plain.tolist()
+
+
+def _batched_counts(target, drafter, prompts, n, settings):
+    ids, mask = left_padded(prompts)
+    torch.manual_seed(0)
+    counts = torch.zeros(len(prompts), 3, target.config.vocab_size)
+    for _ in range(n):
+        out = target.generate(
+            ids, attention_mask=mask, max_new_tokens=3, do_sample=True, top_k=0, pad_token_id=0,
+            assistant_model=drafter, **settings,
+        )  # fmt: skip
+        for b in range(len(prompts)):
+            for j in range(3):
+                counts[b, j, out[b, ids.shape[1] + j]] += 1
+    return counts
+
+
+def _worst_chi_square(target, prompts, counts) -> float:
+    """The largest χ² statistic over rows and tokens 2–3, each divided by its 99.9% critical value."""
+    worst = 0.0
+    for b, prompt in enumerate(prompts):
+        exact = _exact_marginals(target, torch.tensor([prompt]), 3)
+        for j in (1, 2):  # tokens 2 and 3 come through the acceptance rule
+            stat, dof = _chi_square(counts[b, j], exact[j])
+            worst = max(worst, stat / CHI2_999[dof - 1])
+    return worst
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "tree+lookup"])
+def test_batched_sampling_matches_the_target_distribution_at_batch_4(mode, monkeypatch):
+    target = make_family_target("mistral", seed=21, vocab_size=12)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(3)  # a peaked, non-uniform target distribution
+    drafter = make_tiny_drafter(target, head_type="full", seed=4)
+    prompts = [[1, 5, 3, 7, 2, 9, 4, 1, 5], [3, 1], [2, 2, 8, 2, 2], [6, 4, 11, 0, 6, 4, 11]]
+    settings = dict(MODES[mode], draft_lookup_min_ngram=2, draft_lookup_extend_ngram=1)
+    counts = _batched_counts(target, drafter, prompts, 400, settings)
+    assert _worst_chi_square(target, prompts, counts) < 1.0
+    # the same test fails for an acceptance rule that always accepts the draft
+    monkeypatch.setattr(decoding_slimspec, "accepts", lambda p_token, q_token: True)
+    counts = _batched_counts(target, drafter, prompts, 400, settings)
+    assert _worst_chi_square(target, prompts, counts) > 1.0
+
+
+def test_batched_return_dict_pipeline_and_clear_refusals():
+    from transformers import LogitsProcessor, LogitsProcessorList, pipeline
+    from transformers.generation.streamers import BaseStreamer
+
+    target = make_tiny_target(seed=5, eos_token_id=1)
+    drafter = make_tiny_drafter(target)
+    ids, mask = left_padded(random_prompts(128, (3, 7)), pad=1)
+    out = target.generate(
+        ids, attention_mask=mask, max_new_tokens=6, pad_token_id=1, assistant_model=drafter,
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    assert out.sequences.shape[0] == 2 and out.sequences.shape[1] <= ids.shape[1] + 6
+
+    tokenizer = make_char_tokenizer()
+    tokenizer.pad_token, tokenizer.padding_side = "</s>", "left"
+    pipe = pipeline("text-generation", model=target, tokenizer=tokenizer)
+    texts = ["Hello there", "Hi", "A longer third prompt"]
+    plain = pipe(texts, max_new_tokens=12, do_sample=False, batch_size=3)
+    fast = pipe(texts, max_new_tokens=12, do_sample=False, batch_size=3, assistant_model=drafter)
+    assert [r[0]["generated_text"] for r in fast] == [r[0]["generated_text"] for r in plain]
+    assert len(drafter.last_generation_stats.per_row) == 3  # one batched call drafted for the three prompts
+
+    class Collecting(BaseStreamer):  # takes any shape (transformers' TextStreamer refuses B > 1 itself)
+        def put(self, value):
+            pass
+
+        def end(self):
+            pass
+
+    with pytest.raises(ValueError, match="batch size 1 only"):
+        target.generate(ids, attention_mask=mask, max_new_tokens=4, assistant_model=drafter, streamer=Collecting())
+    with pytest.raises(ValueError, match="returns `sequences` only"):
+        target.generate(ids, attention_mask=mask, max_new_tokens=4, assistant_model=drafter,
+                        return_dict_in_generate=True, output_scores=True)  # fmt: skip
+
+    class BatchState(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            return scores
+
+    with pytest.raises(ValueError, match="BatchState"):
+        target.generate(ids, attention_mask=mask, max_new_tokens=4, assistant_model=drafter,
+                        logits_processor=LogitsProcessorList([BatchState()]))  # fmt: skip
+
+
+@pytest.mark.integration
+def test_batched_greedy_on_the_real_smollm2_equals_plain_batched_greedy(embedded_target):
+    from transformers import AutoModelForCausalLM
+
+    from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
+
+    target, tokenizer = embedded_target
+    drafter = AutoModelForCausalLM.from_pretrained(EMBEDDED_DRAFTER_DIR, dtype=torch.float32)
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    chats = ["What is 12 times 7?", "Write a haiku about the sea.", "List three primary colours."]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False,
+                                           add_generation_prompt=True) for c in chats]  # fmt: skip
+    inputs = tokenizer(texts, return_tensors="pt", padding=True)
+    tokenizer.padding_side = side
+    plain = target.generate(**inputs, max_new_tokens=32, do_sample=False)
+    fast = target.generate(**inputs, max_new_tokens=32, do_sample=False, assistant_model=drafter)
+    assert fast.tolist() == plain.tolist()
+    assert drafter.last_generation_stats.acceptance_length > 1.2
