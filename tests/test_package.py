@@ -17,6 +17,7 @@ LAYERS = {
     "cache_slimspec": 0,
     "generation_slimspec": 0,
     "drafting_slimspec": 0,
+    "verification_slimspec": 0,
     "decoding_slimspec": 0,
     "modeling_slimspec": 0,
     "utils": 1,

@@ -32,15 +32,16 @@ Part of the remote-code unit: it imports only `torch`, `transformers` and its si
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .drafting_slimspec import (
     ROOT,
+    BatchDrafting,
     DecodingSequence,
     DrafterState,
     DraftTree,
     LogitsProcessing,
+    LookupMatch,
     LookupPolicy,
     Proposal,
     TreeDrafter,
@@ -50,152 +51,22 @@ from .generation_slimspec import (
     DraftSettings,
     SlimSpecGenerationStats,
     bound_generate_arguments,
-    check_drafter_placement,
+    check_batch,
+    check_decoding_inputs,
     is_slimspec_drafter,
-    validate_pairing,
 )
-
-
-# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
-_KNOWN_MODEL_KWARGS = {
-    "attention_mask",
-    "position_ids",
-    "cache",
-    "use_cache",
-    "logits_to_keep",
-    "output_hidden_states",
-}
-# Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
-_TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
-_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Target side: the LM head on demand, tree attention masks, cache compaction
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def plain_lm_head(target):
-    """The target's LM head when its logits are exactly `head(backbone(...).last_hidden_state)`, else None."""
-    config = target.config.get_text_config(decoder=True)
-    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
-        return None
-    head = target.get_output_embeddings()
-    backbone = getattr(target, target.base_model_prefix, None)
-    if not isinstance(head, torch.nn.Linear) or backbone is None or backbone is target:
-        return None
-    return head
-
-
-class TargetLogits:
-    """The target's logits of one round's verified rows (row 0 the root, row i the i-th kept node), computed when
-    the acceptance walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be
-    on the accepted path. The first batch is the root, its children and the likeliest path below; a walk that
-    leaves it computes the rest of the subtree it entered in one more batch. `lazy=False` (a head bound by reading
-    its weights): every row in the first batch. `head=None`: `logits` holds every row already (a target whose
-    logits are more than its LM head applied to the last hidden state)."""
-
-    def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
-        self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
-        self.rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
-        self.children: dict[int, list[int]] = {}
-        for node in tree.kept:  # parents come before children
-            self.children.setdefault(tree.parents[node], []).append(node)
-        self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
-        self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
-
-    def __call__(self, node: int) -> torch.Tensor:
-        """The target's raw logits (1, V) at `node`'s row."""
-        if node not in self.logits:
-            nodes = self._batch(node)
-            index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
-            logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
-            self.batches.append(len(nodes))
-            for i, n in enumerate(nodes):
-                self.logits[n] = logits[:, i]
-        return self.logits[node]
-
-    def _batch(self, node: int) -> list[int]:
-        if node == ROOT and not self.lazy:
-            return list(self.rows)
-        if node == ROOT:  # the root, all its children (where most walks leave a single path), the best path
-            nodes = [ROOT, *self.children.get(ROOT, [])]
-            below = self.children.get(ROOT)
-            while below:
-                best = max(below, key=lambda n: self.tree.scores[n])
-                nodes += [] if best in nodes else [best]
-                below = self.children.get(best)
-            return nodes
-        nodes, stack = [], [node]  # the walk left the first batch: the whole subtree it entered
-        while stack:
-            current = stack.pop()
-            if current not in self.logits:
-                nodes.append(current)
-            stack.extend(self.children.get(current, ()))
-        return nodes
-
-
-def layer_windows(config) -> int | None | dict[str, int | None]:
-    """The attention window of the target's layers: one value for all layers (None: full attention), or one per
-    layer type where full and sliding-window layers mix (transformers then takes a mask per type)."""
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if not types:
-        return window
-    unknown = sorted(set(types) - set(_LAYER_TYPES))
-    if unknown:
-        raise ValueError(
-            f"SlimSpec tree decoding supports full and sliding-window attention layers, got layer types {unknown}; "
-            "use chain drafting (`draft_tree_top_k=1` without `draft_lookup`)."
-        )
-    windows = {kind: window if kind == "sliding_attention" else None for kind in set(types)}
-    return windows if len(windows) > 1 else next(iter(windows.values()))
-
-
-def tree_attention_mask(config, seq: DecodingSequence, tree: DraftTree, dtype) -> torch.Tensor | dict:
-    """Additive masks (1, 1, n, past + n) over the root and the kept nodes: each row sees the committed prefix and
-    its ancestors, within the layer's window (sequence index of a node: the root's + depth)."""
-    past, size = seq.length - 1, len(tree.kept) + 1
-    rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
-    ancestors = torch.zeros((size, size), dtype=torch.bool)
-    ancestors[0, 0] = True
-    for node in tree.kept:  # parents come first
-        ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
-        ancestors[rows[node], rows[node]] = True
-    depths = torch.tensor([0] + [tree.depths[n] for n in tree.kept])
-    allowed = torch.cat([seq.key_mask[:past].cpu().expand(size, -1), ancestors], dim=1)  # (n, past + n)
-    distance = (past + depths)[:, None] - torch.cat([torch.arange(past), past + depths])[None]
-
-    def additive(window):
-        visible = allowed if window is None else allowed & (distance < window)
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        return mask[None, None].to(seq.ids.device)
-
-    windows = layer_windows(config)
-    if isinstance(windows, dict):
-        return {kind: additive(window) for kind, window in windows.items()}
-    return additive(windows)
-
-
-def compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
-    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
-
-    A prefix `keep` (0, 1, ..., a) is a crop. Otherwise the kept rows move down in place and the layer keeps a view
-    of the front: no copy of the whole cache (the next forward's `torch.cat` makes it contiguous again)."""
-    end = start + keep.numel()
-    if bool((keep == torch.arange(keep.numel())).all()):
-        surplus = cache.get_seq_length() - end
-        if surplus > 0:
-            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
-        return
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", False):
-            continue
-        index = keep.to(layer.keys.device) + start
-        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
-        layer.values[:, :, start:end] = layer.values.index_select(2, index)
-        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+from .verification_slimspec import (
+    TREE_ATTENTION,
+    TargetLogits,
+    compact_cache,
+    layer_windows,
+    pad_tree_mask,
+    plain_lm_head,
+    realign_cache,
+    row_states,
+    select_cache_rows,
+    tree_attention_mask,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -266,6 +137,17 @@ def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, process
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class RoundPlan:
+    """A round before the drafter runs: the tokens it may append, the drafter's depth, lookup's match, and the
+    whole draft when lookup drafts alone (else None)."""
+
+    budget: int
+    depth: int
+    match: LookupMatch | None
+    tree: DraftTree | None
+
+
 class SpeculativeDecoder:
     """One `generate()` call: the target, its cache and outputs, the drafter's state and the round's proposer."""
 
@@ -278,7 +160,7 @@ class SpeculativeDecoder:
         eos = getattr(generation_config, "_eos_token_tensor", None)
         self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
         self.state = DrafterState(drafter, self.layer_ids)
-        self.tree_masks = getattr(target.config, "_attn_implementation", None) in _TREE_ATTENTION
+        self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.shape = settings_shape(settings)
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
         self.lookup = settings_lookup(settings)
@@ -310,27 +192,43 @@ class SpeculativeDecoder:
             logits_to_keep=1,
             return_dict=True,
         )
+        return self.first_token(seq, out.logits[:, -1], out.hidden_states)
+
+    def first_token(self, seq: DecodingSequence, logits: torch.Tensor, hidden_states) -> torch.LongTensor:
+        """The token (1, 1) after the prompt from the prefill's last `logits` (1, V) and `hidden_states`."""
         if self.all_hidden_states:
-            self.hidden_states = (tuple(out.hidden_states),)
-        raw = out.logits[:, -1].float()
+            self.hidden_states = (tuple(hidden_states),)
+        raw = logits.float()
         scores = self.processing(seq.ids, raw.clone())
         if self.do_sample:
             token = torch.multinomial(torch.softmax(scores, dim=-1), 1)
         else:
             token = scores.argmax(-1, keepdim=True)
-        self.state.add_target_features(out.hidden_states)
+        self.state.add_target_features(hidden_states)
         self.scores, self.raw_logits = (scores,), (raw,)
         return token
 
     def propose(self, seq: DecodingSequence) -> DraftTree:
         """The round's draft: prompt lookup alone, or the drafter's tree with lookup grafted on."""
+        plan = self.plan(seq)
+        if plan.tree is not None:
+            return plan.tree  # no drafter call: the target features wait in the drafter's state
+        root_logits, root_state = self.state.commit(seq)
+        tree = self.proposer.draft(seq, root_logits, root_state, plan.depth)
+        return self.graft_lookup(seq, tree, root_logits, plan)
+
+    def plan(self, seq: DecodingSequence) -> "RoundPlan":
+        """What the round drafts before the drafter runs: the lookup match, and the whole draft when it is lookup's."""
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
         lookup = self.lookup
         match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
-        if lookup is not None and lookup.drafts_alone(match):
-            return lookup_tree(match.tokens)  # no drafter call: the target features wait in the drafter's state
-        root_logits, root_state = self.state.commit(seq)
-        tree = self.proposer.draft(seq, root_logits, root_state, min(self.shape.depth, budget - 1))
+        tree = lookup_tree(match.tokens) if lookup is not None and lookup.drafts_alone(match) else None
+        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
+
+    def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: "RoundPlan") -> DraftTree:
+        """The drafter's `tree` with lookup grafted on: a short match the drafter agrees with, or what followed
+        the likeliest path earlier."""
+        lookup, match, budget = self.lookup, plan.match, plan.budget
         if lookup is None or budget <= 1:
             return tree
         if match is not None and int(root_logits.argmax()) == match.tokens[0]:
@@ -377,17 +275,26 @@ class SpeculativeDecoder:
 
     def advance(self, seq: DecodingSequence, tree: DraftTree, hidden_states, logits, acceptance) -> torch.LongTensor:
         """Commits the accepted path and the target's next token; returns the tokens appended (1, n)."""
+        new_tokens, rows = self.take(seq, tree, logits, acceptance)
+        compact_cache(self.cache, seq.length - 1, rows)
+        return self.record(seq, tree, hidden_states, acceptance, new_tokens, rows)
+
+    def take(self, seq: DecodingSequence, tree: DraftTree, logits, acceptance) -> tuple[list[int], torch.LongTensor]:
+        """The tokens the round appends (the accepted path and the target's token, cut at EOS and the length
+        limit) and the verified rows whose keys and values the target's cache keeps (the root and the path)."""
         new_tokens = [tree.tokens[n] for n in acceptance.path] + [acceptance.token]
         new_tokens = new_tokens[: self.max_length - seq.length]  # the drafter may propose beyond the length limit
         for i, token in enumerate(new_tokens):
             if token in self.eos_ids:  # ... and beyond an EOS
                 new_tokens = new_tokens[: i + 1]
                 break
-        path = acceptance.path[: len(new_tokens) - 1]
+        rows = [0] + [logits.rows[n] for n in acceptance.path[: len(new_tokens) - 1]]
+        return new_tokens, torch.tensor(rows, dtype=torch.long)
+
+    def record(self, seq, tree, hidden_states, acceptance, new_tokens, rows) -> torch.LongTensor:
+        """Appends `new_tokens` to `seq`, their target features to the drafter's state, the round to the stats."""
         depth = max((tree.depths[n] for n in tree.kept), default=0)
-        self.stats.record(tree.source, len(tree.kept), len(path), positions=depth)  # per-position lists are per depth
-        rows = torch.tensor([0] + [logits.rows[n] for n in path], dtype=torch.long)
-        compact_cache(self.cache, seq.length - 1, rows)
+        self.stats.record(tree.source, len(tree.kept), len(rows) - 1, positions=depth)  # per-position: per depth
         self.state.add_target_features(hidden_states, rows.to(hidden_states[self.layer_ids[0]].device))
         appended = torch.tensor([new_tokens], dtype=seq.ids.dtype, device=seq.ids.device)
         seq.append(appended)
@@ -396,6 +303,173 @@ class SpeculativeDecoder:
         if self.all_hidden_states:  # the states of the row each new token was predicted from
             self.hidden_states += tuple(tuple(h[:, r : r + 1] for h in hidden_states) for r in rows.tolist())
         return appended
+
+
+class BatchedSpeculativeDecoder:
+    """A `generate()` call over B > 1 prompts: every row drafts and accepts on its own (a batch-1
+    `SpeculativeDecoder` per row: its sequence, drafter state, proposer and stats), and ONE target forward verifies
+    every row's draft.
+
+    The target's cache is shared, (B, H, S, d). Its rows stay left-aligned as left padding is: row b's cached tokens
+    fill the last slots and a masked filler the rest, so a row's slot distance is its position distance (sliding
+    windows apply as in plain decoding). After each round every row's root and accepted path move to the end of its
+    row (`realign_cache`); a row that finishes (EOS, the length limit, a stopping criterion) leaves the batch.
+    """
+
+    def __init__(self, target, drafter, generation_config, logits_processor, settings, cache, input_ids, mask):
+        self.target, self.cache = target, cache
+        batch = input_ids.shape[0]
+        self.rows = [
+            SpeculativeDecoder(target, drafter, generation_config, logits_processor, settings, cache)
+            for _ in range(batch)
+        ]
+        self.seqs = [
+            DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)
+        ]
+        self.active = list(range(batch))  # the rows still decoding, in the order of the cache's batch dimension
+        self.drafting = BatchDrafting(drafter, [row.state for row in self.rows], [row.proposer for row in self.rows])
+        self.head, self.lazy_head = self.rows[0].head, self.rows[0].lazy_head
+        self.captured = self.rows[0].captured
+        self.tree_masks = self.rows[0].tree_masks
+
+    def prefill(self) -> None:
+        seqs = self.seqs
+        out = self.target(
+            input_ids=torch.cat([s.ids for s in seqs]),
+            position_ids=torch.stack([s.positions for s in seqs]),
+            attention_mask=torch.stack([s.key_mask for s in seqs]).long(),
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=self.captured,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+        for b, (row, seq) in enumerate(zip(self.rows, seqs)):
+            seq.append(row.first_token(seq, out.logits[b : b + 1, -1], row_states(out.hidden_states, b)))
+
+    def slot_keys(self, b: int, slots: int) -> torch.Tensor:
+        """Which of the cache's `slots` hold row b's tokens (False: filler or the row's own left padding)."""
+        seq = self.seqs[b]
+        cached = seq.key_mask[: seq.length - 1]
+        return torch.cat([cached.new_zeros(slots - cached.numel()), cached])
+
+    def round(self, stopping_criteria) -> None:
+        """Drafts every active row, verifies them in one forward, accepts per row, realigns, retires finished rows."""
+        trees = self.propose()
+        slots, cached = self.cache.get_seq_length(), [self.seqs[b].length - 1 for b in self.active]
+        hidden_states, verified = self.verify(trees)
+        logits = self.target_logits(trees, verified)
+        keeps = []
+        for i, (b, tree) in enumerate(zip(self.active, trees)):
+            row, seq = self.rows[b], self.seqs[b]
+            acceptance = accept(tree, logits[i], seq, row.processing, row.do_sample)
+            new_tokens, keep = row.take(seq, tree, logits[i], acceptance)
+            row.record(seq, tree, row_states(hidden_states, i), acceptance, new_tokens, keep)
+            keeps.append(keep)
+        realign_cache(self.cache, slots, cached, keeps)
+        done = [bool(stopping_criteria(self.seqs[b].ids, None).all()) for b in self.active]
+        if any(done):
+            self.keep_rows([i for i, finished in enumerate(done) if not finished])
+
+    def keep_rows(self, staying: list[int]) -> None:
+        """Keeps the active rows at indices `staying` in both caches (the others finished)."""
+        self.active = [self.active[i] for i in staying]
+        if staying:
+            select_cache_rows(self.cache, torch.tensor(staying, dtype=torch.long))
+            self.drafting.keep_rows(staying)
+
+    def propose(self) -> list[DraftTree]:
+        """Every active row's draft (`SpeculativeDecoder.propose` for the batch): lookup where it drafts alone, else
+        one batched commit and one drafter forward per tree level for every row that drafts."""
+        seqs = [self.seqs[b] for b in self.active]
+        plans = [self.rows[b].plan(seq) for b, seq in zip(self.active, seqs)]
+        drafting = [i for i, plan in enumerate(plans) if plan.tree is None]
+        if not drafting:
+            return [plan.tree for plan in plans]
+        root_logits, root_states = self.drafting.commit(seqs)
+        trees = self.drafting.draft(seqs, drafting, root_logits, root_states, [plans[i].depth for i in drafting])
+        for i, tree in zip(drafting, trees):
+            row = self.rows[self.active[i]]
+            plans[i].tree = row.graft_lookup(seqs[i], tree, root_logits[i], plans[i])
+        return [plan.tree for plan in plans]
+
+    def target_logits(self, trees: list[DraftTree], verified: torch.Tensor) -> list[TargetLogits]:
+        """Each row's `TargetLogits`; the rows every walk starts with (each tree's first batch) in ONE LM-head call."""
+        if self.head is None:
+            return [TargetLogits(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
+        logits = [TargetLogits(t, self.head, verified[i : i + 1], lazy=self.lazy_head) for i, t in enumerate(trees)]
+        firsts = [target._batch(ROOT) for target in logits]
+        index = torch.tensor(
+            [[i, target.rows[n]] for i, (target, nodes) in enumerate(zip(logits, firsts)) for n in nodes]
+        )
+        computed = self.head(verified[index[:, 0].to(verified.device), index[:, 1].to(verified.device)])  # (N, V)
+        k = 0
+        for target, nodes in zip(logits, firsts):
+            for n in nodes:
+                target.logits[n] = computed[k : k + 1]
+                k += 1
+            target.batches.append(len(nodes))
+        return logits
+
+    def verify(self, trees: list[DraftTree]):
+        """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding is
+        masked as keys and sees only itself as a query); returns the hidden states and the last hidden states
+        (or the logits, when the target's logits are more than its LM head)."""
+        slots, width = self.cache.get_seq_length(), max(len(t.kept) + 1 for t in trees)
+        device = self.seqs[0].ids.device
+        ids = torch.zeros((len(trees), width), dtype=torch.long)
+        positions = torch.zeros((len(trees), width), dtype=torch.long)
+        for i, (b, tree) in enumerate(zip(self.active, trees)):
+            seq, n = self.seqs[b], len(tree.kept) + 1
+            ids[i, :n] = torch.tensor([int(seq.ids[0, -1])] + [tree.tokens[k] for k in tree.kept])
+            ids[i, n:] = ids[i, n - 1]
+            depths = torch.tensor([0] + [tree.depths[k] for k in tree.kept] + [0] * (width - n))
+            positions[i] = int(seq.positions[-1]) + depths
+        inputs = {
+            "input_ids": ids.to(device),
+            "position_ids": positions.to(device),
+            "attention_mask": self.verify_mask(trees, slots, width),
+            "cache": self.cache,
+            "use_cache": True,
+            "output_hidden_states": self.captured,
+            "return_dict": True,
+        }
+        if self.head is None:
+            out = self.target(**inputs, logits_to_keep=0)
+            return out.hidden_states, out.logits
+        out = getattr(self.target, self.target.base_model_prefix)(**inputs)
+        return out.hidden_states, out.last_hidden_state
+
+    def verify_mask(self, trees: list[DraftTree], slots: int, width: int):
+        """A 2-D key mask when every draft is a chain (the target builds its causal masks), else additive 4-D tree
+        masks (B, 1, width, slots + width), one per layer type where they differ."""
+        device = self.seqs[0].ids.device
+        if all(tree.is_chain() for tree in trees):
+            keys = []
+            for b, tree in zip(self.active, trees):
+                nodes = torch.arange(width) <= len(tree.kept)
+                keys.append(torch.cat([self.slot_keys(b, slots).cpu(), nodes]))
+            return torch.stack(keys).long().to(device)
+        target = self.target
+        dtype = target.dtype if target.dtype.is_floating_point else torch.float32
+        config = target.config.get_text_config(decoder=True)
+        masks = []
+        for b, tree in zip(self.active, trees):
+            mask = tree_attention_mask(config, self.seqs[b], tree, dtype)
+            masks.append(mask if isinstance(mask, dict) else {None: mask})
+        merged = {kind: torch.cat([pad_tree_mask(m[kind], slots, width) for m in masks]) for kind in masks[0]}
+        return merged[None] if None in merged else merged
+
+    def stats(self) -> SlimSpecGenerationStats:
+        return SlimSpecGenerationStats.combined([row.stats for row in self.rows])
+
+    def sequences(self, pad_token_id: int) -> torch.LongTensor:
+        """The rows as transformers returns a batch: each row's tokens, then `pad_token_id` to the longest."""
+        length = max(seq.length for seq in self.seqs)
+        out = self.seqs[0].ids.new_full((len(self.seqs), length), pad_token_id)
+        for b, seq in enumerate(self.seqs):
+            out[b, : seq.length] = seq.ids[0]
+        return out
 
 
 def lookup_tree(tokens: list[int]) -> DraftTree:
@@ -439,6 +513,19 @@ def speculative_decoding(
     (`generate()` prepared the inputs, processors, stopping criteria and cache). Returns the sequences, or a
     `GenerateDecoderOnlyOutput` with `sequences`, `scores`, `logits` and `cache` (`return_dict_in_generate`)."""
     cache = check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs)
+    if input_ids.shape[0] > 1:
+        check_batch(generation_config, logits_processor, streamer)
+        return batched_decoding(
+            model,
+            drafter,
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            settings,
+            cache,
+            model_kwargs.get("attention_mask"),
+        )
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache)
     drafter.last_generation_stats = decoder.stats
     return_dict = bool(generation_config.return_dict_in_generate)
@@ -468,54 +555,27 @@ def speculative_decoding(
     )
 
 
-def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
-    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"SlimSpec decoding is batch-1 (as is assisted generation in transformers); got batch size "
-            f"{input_ids.shape[0]}. Call `generate` once per prompt."
-        )
-    if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
-        raise ValueError(
-            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
-            f"num_return_sequences={generation_config.num_return_sequences}. Drop them or the drafter."
-        )
-    if generation_config.return_dict_in_generate and generation_config.output_attentions:
-        raise ValueError(
-            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
-            "(the target's attention rows belong to draft nodes, not to tokens)."
-        )
-    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
-    if unknown:
-        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
-    attention = getattr(model.config, "_attn_implementation", None)
-    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in _TREE_ATTENTION:
-        raise ValueError(
-            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
-            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
-            "draft chains (`draft_tree_size=0`)."
-        )
-    validate_pairing(drafter, model)
-    check_drafter_placement(model, drafter)
-    drafter.attach_target(model)
-    return target_cache(model_kwargs.get("cache"))
-
-
-def target_cache(cache) -> DynamicCache:
-    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
-
-    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
-    pushed out of it; full layers keep every position and the masks apply the window instead."""
-    if cache is None:
-        return DynamicCache()
-    if type(cache) is not DynamicCache:
-        raise ValueError(
-            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
-            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
-        )
-    if cache.get_seq_length() != 0:
-        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
-    return DynamicCache()
+def batched_decoding(
+    model, drafter, input_ids, logits_processor, stopping_criteria, generation_config, settings, cache, mask
+):
+    """`speculative_decoding` for B > 1 prompts (left padding and `attention_mask` as for plain `generate()`)."""
+    decoder = BatchedSpeculativeDecoder(
+        model, drafter, generation_config, logits_processor, settings, cache, input_ids, mask
+    )
+    decoder.prefill()
+    staying = [i for i, b in enumerate(decoder.active) if not bool(stopping_criteria(decoder.seqs[b].ids, None).all())]
+    if len(staying) < input_ids.shape[0]:
+        decoder.keep_rows(staying)
+    while decoder.active:
+        decoder.round(stopping_criteria)
+    drafter.last_generation_stats = decoder.stats()
+    pad = getattr(generation_config, "_pad_token_tensor", None)
+    if pad is None:
+        pad = getattr(generation_config, "_eos_token_tensor", None)
+    sequences = decoder.sequences(int(pad.flatten()[0]) if pad is not None else 0)
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return GenerateDecoderOnlyOutput(sequences=sequences)
 
 
 def slimspec_generate(

@@ -411,8 +411,143 @@ class TreeDrafter:
         return sorted(order[: self.shape.size], key=lambda n: (tree.depths[n], -tree.scores[n], n))
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Batches: one drafter cache and one drafter forward per step for every row
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class BatchDrafting:
+    """The drafter side of a batch of B rows: one drafter KV cache (B, H, S, hd) and one drafter forward per step
+    for all rows, each row keeping its own bookkeeping (`DrafterState.pending` and `.committed`; the per-row
+    states' own caches stay unused).
+
+    A commit appends every row's newly accepted positions as one block, each row's padded in front to the longest
+    row's (so every row's last position is the block's last); `valid` (B, S) marks the slots that hold a row's
+    positions, so the padding is never attended to. Each row's positions come
+    from its own sequence (RoPE), so the padding changes no row's result. Drafted positions follow the committed
+    slots during a round and are dropped at the next commit. `rules` draft each row's tree (`TreeDrafter.expand`
+    and `.keep`); the levels' forwards run here.
+    """
+
+    def __init__(self, drafter, states: list["DrafterState"], rules: list["TreeDrafter"]):
+        self.drafter, self.states, self.rules = drafter, list(states), list(rules)
+        self.cache = SlimSpecDrafterCache()
+        self.valid = torch.zeros((len(states), 0), dtype=torch.bool)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keeps the batch rows `rows` (in that order): rows that finished leave the batch."""
+        index = torch.tensor(rows, dtype=torch.long)
+        self.states = [self.states[i] for i in rows]
+        self.rules = [self.rules[i] for i in rows]
+        self.valid = self.valid[index]
+        if self.cache.keys is not None:
+            index = index.to(self.cache.keys.device)
+            self.cache.keys = self.cache.keys.index_select(0, index)
+            self.cache.values = self.cache.values.index_select(0, index)
+
+    def commit(self, seqs: list[DecodingSequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs every row's pending positions through the drafter in one forward; returns each row's logits (B, V)
+        and state (B, d) at its last position (`DrafterState.commit` for B rows)."""
+        drafter, device = self.drafter, self.drafter.device
+        self.cache.crop(self.valid.shape[1])  # the last round's drafted positions go
+        blocks = [torch.cat(s.pending, dim=1) if s.pending else None for s in self.states]
+        counts = [0 if b is None else b.shape[1] for b in blocks]
+        width = max(max(counts), 1)
+        size = next(b.shape[-1] for b in blocks if b is not None)
+        features = torch.zeros((len(blocks), width, size), dtype=drafter.dtype, device=device)
+        ids = torch.zeros((len(blocks), width), dtype=torch.long)
+        positions = torch.zeros((len(blocks), width), dtype=torch.long)
+        new_valid = torch.zeros((len(blocks), width), dtype=torch.bool)
+        for i, (state, seq, block, n) in enumerate(zip(self.states, seqs, blocks, counts)):
+            start, pad = state.committed, width - n  # a row's new positions end the block: its last is the block's
+            positions[i] = int(seq.positions[max(start - 1, 0)])
+            if n:
+                features[i, pad:] = block[0].to(device=device, dtype=drafter.dtype)
+                ids[i, pad:] = seq.ids[0, start + 1 : start + 1 + n].cpu()  # x_{t+1} for each new t
+                positions[i, pad:] = seq.positions[start : start + n].cpu()
+                new_valid[i, pad:] = seq.key_mask[start : start + n].cpu()
+            state.pending.clear()
+            state.committed += n
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        out = drafter(
+            input_ids=ids.to(device),
+            target_features=features,
+            position_ids=positions.to(device),
+            attention_mask=self.valid.to(device).long(),
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1], out.hidden_states[:, -1]
+
+    def draft(
+        self, seqs: list[DecodingSequence], rows: list[int], root_logits, root_states, depths: list[int]
+    ) -> list[DraftTree]:
+        """The trees of batch `rows` (`TreeDrafter.draft` for many rows): level by level, one drafter forward over
+        every row's frontier. Returns one tree per entry of `rows`."""
+        trees = [DraftTree() for _ in rows]
+        frontiers, logits = {}, {}
+        for j, i in enumerate(rows):
+            trees[j].states[ROOT] = root_states[i]
+            if depths[j] > 0:
+                frontiers[j], logits[j] = [ROOT], root_logits[i][None]
+        level = 1
+        while frontiers:
+            growing = {}
+            for j, frontier in frontiers.items():
+                rule, seq, tree = self.rules[rows[j]], seqs[rows[j]], trees[j]
+                children = rule.expand(tree, frontier, rule.processing.per_node(seq, tree, frontier, logits[j]))
+                if level < depths[j] and children:
+                    growing[j] = sorted(children, key=lambda n: -tree.scores[n])[: rule.shape.top_k]
+            if growing:
+                batch = list(growing)
+                level_logits = self.forward_level(
+                    [seqs[rows[j]] for j in batch], [rows[j] for j in batch], [trees[j] for j in batch],
+                    [growing[j] for j in batch], level,
+                )  # fmt: skip
+                logits = dict(zip(batch, level_logits))
+            frontiers, level = growing, level + 1
+        for j, tree in enumerate(trees):
+            tree.kept = self.rules[rows[j]].keep(tree)
+        return trees
+
+    def forward_level(self, seqs, rows: list[int], trees: list[DraftTree], frontiers: list[list[int]], level: int):
+        """One drafter forward over the frontiers of batch `rows` (every other row padding), each node fed its
+        parent's state and seeing its row's committed positions and its ancestors; returns each frontier's logits."""
+        drafter, device = self.drafter, self.drafter.device
+        batch, past, committed = self.valid.shape[0], self.cache.get_seq_length(), self.valid.shape[1]
+        width = max(len(f) for f in frontiers)
+        ids = torch.zeros((batch, width), dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        states = torch.zeros((batch, width, drafter.config.hidden_size), dtype=drafter.dtype, device=device)
+        allowed = torch.zeros((batch, 1, width, past + width), dtype=torch.bool)
+        allowed[:, 0, :, past + torch.arange(width)] = torch.eye(width, dtype=torch.bool)  # padding sees itself
+        for i, seq, tree, frontier in zip(rows, seqs, trees, frontiers):
+            allowed[i, 0, : len(frontier), :committed] = self.valid[i]
+            ids[i, : len(frontier)] = torch.tensor([tree.tokens[n] for n in frontier])
+            positions[i] = int(seq.positions[self.states[i].committed - 1]) + level
+            for f, node in enumerate(frontier):
+                for ancestor in tree.path(tree.parents[node]):
+                    allowed[i, 0, f, tree.slots[ancestor]] = True
+                tree.slots[node] = past + f
+                states[i, f] = tree.states[tree.parents[node]]
+        out = drafter(
+            input_ids=ids.to(device),
+            hidden_states=states,
+            position_ids=positions.to(device),
+            attention_mask=allowed.to(device),
+            cache=self.cache,
+            use_cache=True,
+        )
+        for i, tree, frontier in zip(rows, trees, frontiers):
+            for f, node in enumerate(frontier):
+                tree.states[node] = out.hidden_states[i, f]
+        return [out.logits[i, : len(frontier)] for i, frontier in zip(rows, frontiers)]
+
+
 __all__ = [
     "ROOT",
+    "BatchDrafting",
     "DecodingSequence",
     "LogitsProcessing",
     "LookupMatch",

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
 
 from .configuration_slimspec import SlimSpecDrafterConfig
+from .drafting_slimspec import LogitsProcessing, is_row_wise
+from .verification_slimspec import TREE_ATTENTION
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -169,6 +172,30 @@ class SlimSpecGenerationStats:
     drafted_per_position: list[int] = field(default_factory=list)
     rounds_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    per_row: list["SlimSpecGenerationStats"] = field(default_factory=list)  # batch > 1: each prompt's own
+
+    @classmethod
+    def combined(cls, rows: list["SlimSpecGenerationStats"]) -> "SlimSpecGenerationStats":
+        """The totals of a batch's rows, which it keeps as `per_row`."""
+        total = cls(per_row=list(rows))
+        for row in rows:
+            total.rounds += row.rounds
+            total.drafted_tokens += row.drafted_tokens
+            total.accepted_tokens += row.accepted_tokens
+            for mine, theirs in (
+                (total.accepted_per_position, row.accepted_per_position),
+                (total.drafted_per_position, row.drafted_per_position),
+            ):
+                mine.extend([0] * (len(theirs) - len(mine)))
+                for i, value in enumerate(theirs):
+                    mine[i] += value
+            for mine, theirs in (
+                (total.rounds_by_source, row.rounds_by_source),
+                (total.accepted_by_source, row.accepted_by_source),
+            ):
+                for source, value in theirs.items():
+                    mine[source] = mine.get(source, 0) + value
+        return total
 
     @property
     def acceptance_length(self) -> float:
@@ -214,6 +241,7 @@ class SlimSpecGenerationStats:
             "per_position_acceptance": self.per_position_acceptance,
             "rounds_by_source": dict(self.rounds_by_source),
             "acceptance_length_by_source": self.acceptance_length_by_source,
+            **({"per_row": [row.as_dict() for row in self.per_row]} if self.per_row else {}),
         }
 
 
@@ -281,6 +309,82 @@ def is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
+# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
+_KNOWN_MODEL_KWARGS = {
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "use_cache",
+    "logits_to_keep",
+    "output_hidden_states",
+}
+
+
+def check_batch(generation_config, logits_processor, streamer) -> None:
+    """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
+    if streamer is not None:
+        raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
+    if generation_config.return_dict_in_generate and (
+        generation_config.output_scores or generation_config.output_logits or generation_config.output_hidden_states
+    ):
+        raise ValueError(
+            "SlimSpec decoding with batch size > 1 returns `sequences` only; drop output_scores/output_logits/"
+            "output_hidden_states or pass one prompt."
+        )
+    processing = LogitsProcessing(logits_processor)
+    if processing.processors is not None and not processing.row_wise:
+        names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
+        raise ValueError(
+            f"SlimSpec decoding with batch size > 1 applies logits processors one row at a time; {names} hold "
+            "per-batch state. Pass one prompt at a time."
+        )
+
+
+def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
+    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
+    if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
+        raise ValueError(
+            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
+            f"num_return_sequences={generation_config.num_return_sequences}. Drop them or the drafter."
+        )
+    if generation_config.return_dict_in_generate and generation_config.output_attentions:
+        raise ValueError(
+            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
+            "(the target's attention rows belong to draft nodes, not to tokens)."
+        )
+    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
+    if unknown:
+        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
+    attention = getattr(model.config, "_attn_implementation", None)
+    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in TREE_ATTENTION:
+        raise ValueError(
+            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
+            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
+            "draft chains (`draft_tree_size=0`)."
+        )
+    validate_pairing(drafter, model)
+    check_drafter_placement(model, drafter)
+    drafter.attach_target(model)
+    return target_cache(model_kwargs.get("cache"))
+
+
+def target_cache(cache) -> DynamicCache:
+    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
+
+    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
+    pushed out of it; full layers keep every position and the masks apply the window instead."""
+    if cache is None:
+        return DynamicCache()
+    if type(cache) is not DynamicCache:
+        raise ValueError(
+            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
+            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
+        )
+    if cache.get_seq_length() != 0:
+        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
+    return DynamicCache()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The seam into transformers
 # ----------------------------------------------------------------------------------------------------------------
@@ -344,6 +448,9 @@ def bound_generate_arguments(arguments: dict) -> tuple[Any, dict]:
 
 
 __all__ = [
+    "check_batch",
+    "check_decoding_inputs",
+    "target_cache",
     "check_drafter_placement",
     "CUSTOM_SETTINGS",
     "DraftSettings",

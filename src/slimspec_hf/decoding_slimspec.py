@@ -32,171 +32,41 @@ Part of the remote-code unit: it imports only `torch`, `transformers` and its si
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .drafting_slimspec import (
     ROOT,
+    BatchDrafting,
     DecodingSequence,
     DrafterState,
     DraftTree,
     LogitsProcessing,
+    LookupMatch,
     LookupPolicy,
     Proposal,
     TreeDrafter,
     TreeShape,
-    is_row_wise,
 )
 from .generation_slimspec import (
     DraftSettings,
     SlimSpecGenerationStats,
     bound_generate_arguments,
-    check_drafter_placement,
+    check_batch,
+    check_decoding_inputs,
     is_slimspec_drafter,
-    validate_pairing,
 )
-
-
-# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
-_KNOWN_MODEL_KWARGS = {
-    "attention_mask",
-    "position_ids",
-    "cache",
-    "use_cache",
-    "logits_to_keep",
-    "output_hidden_states",
-}
-# Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
-_TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
-_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Target side: the LM head on demand, tree attention masks, cache compaction
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def plain_lm_head(target):
-    """The target's LM head when its logits are exactly `head(backbone(...).last_hidden_state)`, else None."""
-    config = target.config.get_text_config(decoder=True)
-    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
-        return None
-    head = target.get_output_embeddings()
-    backbone = getattr(target, target.base_model_prefix, None)
-    if not isinstance(head, torch.nn.Linear) or backbone is None or backbone is target:
-        return None
-    return head
-
-
-class TargetLogits:
-    """The target's logits of one round's verified rows (row 0 the root, row i the i-th kept node), computed when
-    the acceptance walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be
-    on the accepted path. The first batch is the root, its children and the likeliest path below; a walk that
-    leaves it computes the rest of the subtree it entered in one more batch. `lazy=False` (a head bound by reading
-    its weights): every row in the first batch. `head=None`: `logits` holds every row already (a target whose
-    logits are more than its LM head applied to the last hidden state)."""
-
-    def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
-        self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
-        self.rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
-        self.children: dict[int, list[int]] = {}
-        for node in tree.kept:  # parents come before children
-            self.children.setdefault(tree.parents[node], []).append(node)
-        self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
-        self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
-
-    def __call__(self, node: int) -> torch.Tensor:
-        """The target's raw logits (1, V) at `node`'s row."""
-        if node not in self.logits:
-            nodes = self._batch(node)
-            index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
-            logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
-            self.batches.append(len(nodes))
-            for i, n in enumerate(nodes):
-                self.logits[n] = logits[:, i]
-        return self.logits[node]
-
-    def _batch(self, node: int) -> list[int]:
-        if node == ROOT and not self.lazy:
-            return list(self.rows)
-        if node == ROOT:  # the root, all its children (where most walks leave a single path), the best path
-            nodes = [ROOT, *self.children.get(ROOT, [])]
-            below = self.children.get(ROOT)
-            while below:
-                best = max(below, key=lambda n: self.tree.scores[n])
-                nodes += [] if best in nodes else [best]
-                below = self.children.get(best)
-            return nodes
-        nodes, stack = [], [node]  # the walk left the first batch: the whole subtree it entered
-        while stack:
-            current = stack.pop()
-            if current not in self.logits:
-                nodes.append(current)
-            stack.extend(self.children.get(current, ()))
-        return nodes
-
-
-def layer_windows(config) -> int | None | dict[str, int | None]:
-    """The attention window of the target's layers: one value for all layers (None: full attention), or one per
-    layer type where full and sliding-window layers mix (transformers then takes a mask per type)."""
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if not types:
-        return window
-    unknown = sorted(set(types) - set(_LAYER_TYPES))
-    if unknown:
-        raise ValueError(
-            f"SlimSpec tree decoding supports full and sliding-window attention layers, got layer types {unknown}; "
-            "use chain drafting (`draft_tree_top_k=1` without `draft_lookup`)."
-        )
-    windows = {kind: window if kind == "sliding_attention" else None for kind in set(types)}
-    return windows if len(windows) > 1 else next(iter(windows.values()))
-
-
-def tree_attention_mask(config, seq: DecodingSequence, tree: DraftTree, dtype) -> torch.Tensor | dict:
-    """Additive masks (1, 1, n, past + n) over the root and the kept nodes: each row sees the committed prefix and
-    its ancestors, within the layer's window (sequence index of a node: the root's + depth)."""
-    past, size = seq.length - 1, len(tree.kept) + 1
-    rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
-    ancestors = torch.zeros((size, size), dtype=torch.bool)
-    ancestors[0, 0] = True
-    for node in tree.kept:  # parents come first
-        ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
-        ancestors[rows[node], rows[node]] = True
-    depths = torch.tensor([0] + [tree.depths[n] for n in tree.kept])
-    allowed = torch.cat([seq.key_mask[:past].cpu().expand(size, -1), ancestors], dim=1)  # (n, past + n)
-    distance = (past + depths)[:, None] - torch.cat([torch.arange(past), past + depths])[None]
-
-    def additive(window):
-        visible = allowed if window is None else allowed & (distance < window)
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        return mask[None, None].to(seq.ids.device)
-
-    windows = layer_windows(config)
-    if isinstance(windows, dict):
-        return {kind: additive(window) for kind, window in windows.items()}
-    return additive(windows)
-
-
-def compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
-    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
-
-    A prefix `keep` (0, 1, ..., a) is a crop. Otherwise the kept rows move down in place and the layer keeps a view
-    of the front: no copy of the whole cache (the next forward's `torch.cat` makes it contiguous again)."""
-    end = start + keep.numel()
-    if bool((keep == torch.arange(keep.numel())).all()):
-        surplus = cache.get_seq_length() - end
-        if surplus > 0:
-            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
-        return
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", False):
-            continue
-        index = keep.to(layer.keys.device) + start
-        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
-        layer.values[:, :, start:end] = layer.values.index_select(2, index)
-        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+from .verification_slimspec import (
+    TREE_ATTENTION,
+    TargetLogits,
+    compact_cache,
+    layer_windows,
+    pad_tree_mask,
+    plain_lm_head,
+    realign_cache,
+    row_states,
+    select_cache_rows,
+    tree_attention_mask,
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -267,6 +137,17 @@ def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, process
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class RoundPlan:
+    """A round before the drafter runs: the tokens it may append, the drafter's depth, lookup's match, and the
+    whole draft when lookup drafts alone (else None)."""
+
+    budget: int
+    depth: int
+    match: LookupMatch | None
+    tree: DraftTree | None
+
+
 class SpeculativeDecoder:
     """One `generate()` call: the target, its cache and outputs, the drafter's state and the round's proposer."""
 
@@ -279,7 +160,7 @@ class SpeculativeDecoder:
         eos = getattr(generation_config, "_eos_token_tensor", None)
         self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
         self.state = DrafterState(drafter, self.layer_ids)
-        self.tree_masks = getattr(target.config, "_attn_implementation", None) in _TREE_ATTENTION
+        self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.shape = settings_shape(settings)
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
         self.lookup = settings_lookup(settings)
@@ -329,13 +210,25 @@ class SpeculativeDecoder:
 
     def propose(self, seq: DecodingSequence) -> DraftTree:
         """The round's draft: prompt lookup alone, or the drafter's tree with lookup grafted on."""
+        plan = self.plan(seq)
+        if plan.tree is not None:
+            return plan.tree  # no drafter call: the target features wait in the drafter's state
+        root_logits, root_state = self.state.commit(seq)
+        tree = self.proposer.draft(seq, root_logits, root_state, plan.depth)
+        return self.graft_lookup(seq, tree, root_logits, plan)
+
+    def plan(self, seq: DecodingSequence) -> "RoundPlan":
+        """What the round drafts before the drafter runs: the lookup match, and the whole draft when it is lookup's."""
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
         lookup = self.lookup
         match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
-        if lookup is not None and lookup.drafts_alone(match):
-            return lookup_tree(match.tokens)  # no drafter call: the target features wait in the drafter's state
-        root_logits, root_state = self.state.commit(seq)
-        tree = self.proposer.draft(seq, root_logits, root_state, min(self.shape.depth, budget - 1))
+        tree = lookup_tree(match.tokens) if lookup is not None and lookup.drafts_alone(match) else None
+        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
+
+    def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: "RoundPlan") -> DraftTree:
+        """The drafter's `tree` with lookup grafted on: a short match the drafter agrees with, or what followed
+        the likeliest path earlier."""
+        lookup, match, budget = self.lookup, plan.match, plan.budget
         if lookup is None or budget <= 1:
             return tree
         if match is not None and int(root_logits.argmax()) == match.tokens[0]:
@@ -434,6 +327,7 @@ class BatchedSpeculativeDecoder:
             DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)
         ]
         self.active = list(range(batch))  # the rows still decoding, in the order of the cache's batch dimension
+        self.drafting = BatchDrafting(drafter, [row.state for row in self.rows], [row.proposer for row in self.rows])
         self.head, self.lazy_head = self.rows[0].head, self.rows[0].lazy_head
         self.captured = self.rows[0].captured
         self.tree_masks = self.rows[0].tree_masks
@@ -461,27 +355,61 @@ class BatchedSpeculativeDecoder:
 
     def round(self, stopping_criteria) -> None:
         """Drafts every active row, verifies them in one forward, accepts per row, realigns, retires finished rows."""
-        trees = [self.rows[b].propose(self.seqs[b]) for b in self.active]
+        trees = self.propose()
         slots, cached = self.cache.get_seq_length(), [self.seqs[b].length - 1 for b in self.active]
         hidden_states, verified = self.verify(trees)
+        logits = self.target_logits(trees, verified)
         keeps = []
         for i, (b, tree) in enumerate(zip(self.active, trees)):
             row, seq = self.rows[b], self.seqs[b]
-            if self.head is None:
-                logits = TargetLogits(tree, None, None, verified[i : i + 1])
-            else:
-                logits = TargetLogits(tree, self.head, verified[i : i + 1], lazy=self.lazy_head)
-            acceptance = accept(tree, logits, seq, row.processing, row.do_sample)
-            new_tokens, keep = row.take(seq, tree, logits, acceptance)
+            acceptance = accept(tree, logits[i], seq, row.processing, row.do_sample)
+            new_tokens, keep = row.take(seq, tree, logits[i], acceptance)
             row.record(seq, tree, row_states(hidden_states, i), acceptance, new_tokens, keep)
             keeps.append(keep)
         realign_cache(self.cache, slots, cached, keeps)
         done = [bool(stopping_criteria(self.seqs[b].ids, None).all()) for b in self.active]
         if any(done):
-            staying = [i for i, finished in enumerate(done) if not finished]
-            self.active = [self.active[i] for i in staying]
-            if staying:
-                select_cache_rows(self.cache, torch.tensor(staying, dtype=torch.long))
+            self.keep_rows([i for i, finished in enumerate(done) if not finished])
+
+    def keep_rows(self, staying: list[int]) -> None:
+        """Keeps the active rows at indices `staying` in both caches (the others finished)."""
+        self.active = [self.active[i] for i in staying]
+        if staying:
+            select_cache_rows(self.cache, torch.tensor(staying, dtype=torch.long))
+            self.drafting.keep_rows(staying)
+
+    def propose(self) -> list[DraftTree]:
+        """Every active row's draft (`SpeculativeDecoder.propose` for the batch): lookup where it drafts alone, else
+        one batched commit and one drafter forward per tree level for every row that drafts."""
+        seqs = [self.seqs[b] for b in self.active]
+        plans = [self.rows[b].plan(seq) for b, seq in zip(self.active, seqs)]
+        drafting = [i for i, plan in enumerate(plans) if plan.tree is None]
+        if not drafting:
+            return [plan.tree for plan in plans]
+        root_logits, root_states = self.drafting.commit(seqs)
+        trees = self.drafting.draft(seqs, drafting, root_logits, root_states, [plans[i].depth for i in drafting])
+        for i, tree in zip(drafting, trees):
+            row = self.rows[self.active[i]]
+            plans[i].tree = row.graft_lookup(seqs[i], tree, root_logits[i], plans[i])
+        return [plan.tree for plan in plans]
+
+    def target_logits(self, trees: list[DraftTree], verified: torch.Tensor) -> list[TargetLogits]:
+        """Each row's `TargetLogits`; the rows every walk starts with (each tree's first batch) in ONE LM-head call."""
+        if self.head is None:
+            return [TargetLogits(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
+        logits = [TargetLogits(t, self.head, verified[i : i + 1], lazy=self.lazy_head) for i, t in enumerate(trees)]
+        firsts = [target._batch(ROOT) for target in logits]
+        index = torch.tensor(
+            [[i, target.rows[n]] for i, (target, nodes) in enumerate(zip(logits, firsts)) for n in nodes]
+        )
+        computed = self.head(verified[index[:, 0].to(verified.device), index[:, 1].to(verified.device)])  # (N, V)
+        k = 0
+        for target, nodes in zip(logits, firsts):
+            for n in nodes:
+                target.logits[n] = computed[k : k + 1]
+                k += 1
+            target.batches.append(len(nodes))
+        return logits
 
     def verify(self, trees: list[DraftTree]):
         """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding is
@@ -542,53 +470,6 @@ class BatchedSpeculativeDecoder:
         for b, seq in enumerate(self.seqs):
             out[b, : seq.length] = seq.ids[0]
         return out
-
-
-def row_states(hidden_states, row: int) -> tuple:
-    """Batch row `row` (kept as a batch of 1) of every layer's states the target returned (None where not asked)."""
-    return tuple(None if h is None else h[row : row + 1] for h in hidden_states)
-
-
-def pad_tree_mask(mask: torch.Tensor, slots: int, width: int) -> torch.Tensor:
-    """A row's additive tree mask (1, 1, n, past + n) placed in the batch's slots: a masked filler before its past,
-    masked padding columns after its nodes, and padding rows that see only themselves."""
-    n, past = mask.shape[-2], mask.shape[-1] - mask.shape[-2]
-    blocked = torch.finfo(mask.dtype).min
-    out = mask.new_full((1, 1, width, slots + width), blocked)
-    out[..., :n, slots - past : slots + n] = mask
-    pads = torch.arange(n, width)
-    out[0, 0, pads, slots + pads] = 0
-    return out
-
-
-def realign_cache(cache, slots: int, cached: list[int], keeps: list[torch.LongTensor]) -> None:
-    """After a batched round, whose cache holds `slots` slots and then the round's verified columns: row i keeps
-    its last `cached[i]` slots and its verified columns `keeps[i]`, moved to the end of its row behind a filler.
-    Where every row kept as many columns as the longest, each a prefix, this is a crop; otherwise one gather."""
-    total = cache.get_seq_length()
-    length = max(c + keep.numel() for c, keep in zip(cached, keeps))
-    index = torch.empty((len(keeps), length), dtype=torch.long)
-    for i, (c, keep) in enumerate(zip(cached, keeps)):
-        filler = torch.arange(length - c - keep.numel()).clamp(max=total - 1)  # any slot: masked as a key
-        index[i] = torch.cat([filler, torch.arange(slots - c, slots), slots + keep])
-    if bool((index == torch.arange(length)).all()):
-        if total > length:
-            cache.crop(-(total - length))  # transformers' crop takes the number of positions to drop, negated
-        return
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", False):
-            continue
-        gather = index.to(layer.keys.device)[:, None, :, None]
-        layer.keys = layer.keys.gather(2, gather.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-        layer.values = layer.values.gather(2, gather.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
-
-
-def select_cache_rows(cache, rows: torch.LongTensor) -> None:
-    """Keeps the batch rows `rows` of every layer (rows that finished leave the batch)."""
-    for layer in cache.layers:
-        if getattr(layer, "is_initialized", False):
-            index = rows.to(layer.keys.device)
-            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
 
 
 def lookup_tree(tokens: list[int]) -> DraftTree:
@@ -682,9 +563,9 @@ def batched_decoding(
         model, drafter, generation_config, logits_processor, settings, cache, input_ids, mask
     )
     decoder.prefill()
-    decoder.active = [b for b in decoder.active if not bool(stopping_criteria(decoder.seqs[b].ids, None).all())]
-    if len(decoder.active) < input_ids.shape[0]:
-        select_cache_rows(cache, torch.tensor(decoder.active, dtype=torch.long))
+    staying = [i for i, b in enumerate(decoder.active) if not bool(stopping_criteria(decoder.seqs[b].ids, None).all())]
+    if len(staying) < input_ids.shape[0]:
+        decoder.keep_rows(staying)
     while decoder.active:
         decoder.round(stopping_criteria)
     drafter.last_generation_stats = decoder.stats()
@@ -695,71 +576,6 @@ def batched_decoding(
     if not generation_config.return_dict_in_generate:
         return sequences
     return GenerateDecoderOnlyOutput(sequences=sequences)
-
-
-def check_batch(generation_config, logits_processor, streamer) -> None:
-    """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
-    if streamer is not None:
-        raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
-    if generation_config.return_dict_in_generate and (
-        generation_config.output_scores or generation_config.output_logits or generation_config.output_hidden_states
-    ):
-        raise ValueError(
-            "SlimSpec decoding with batch size > 1 returns `sequences` only; drop output_scores/output_logits/"
-            "output_hidden_states or pass one prompt."
-        )
-    processing = LogitsProcessing(logits_processor)
-    if processing.processors is not None and not processing.row_wise:
-        names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
-        raise ValueError(
-            f"SlimSpec decoding with batch size > 1 applies logits processors one row at a time; {names} hold "
-            "per-batch state. Pass one prompt at a time."
-        )
-
-
-def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
-    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
-    if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
-        raise ValueError(
-            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
-            f"num_return_sequences={generation_config.num_return_sequences}. Drop them or the drafter."
-        )
-    if generation_config.return_dict_in_generate and generation_config.output_attentions:
-        raise ValueError(
-            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
-            "(the target's attention rows belong to draft nodes, not to tokens)."
-        )
-    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
-    if unknown:
-        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
-    attention = getattr(model.config, "_attn_implementation", None)
-    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in _TREE_ATTENTION:
-        raise ValueError(
-            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
-            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
-            "draft chains (`draft_tree_size=0`)."
-        )
-    validate_pairing(drafter, model)
-    check_drafter_placement(model, drafter)
-    drafter.attach_target(model)
-    return target_cache(model_kwargs.get("cache"))
-
-
-def target_cache(cache) -> DynamicCache:
-    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
-
-    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
-    pushed out of it; full layers keep every position and the masks apply the window instead."""
-    if cache is None:
-        return DynamicCache()
-    if type(cache) is not DynamicCache:
-        raise ValueError(
-            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
-            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
-        )
-    if cache.get_seq_length() != 0:
-        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
-    return DynamicCache()
 
 
 def slimspec_generate(

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
 
 from .configuration_slimspec import SlimSpecDrafterConfig
+from .drafting_slimspec import LogitsProcessing, is_row_wise
+from .verification_slimspec import TREE_ATTENTION
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -306,6 +309,82 @@ def is_slimspec_drafter(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
 
 
+# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
+_KNOWN_MODEL_KWARGS = {
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "use_cache",
+    "logits_to_keep",
+    "output_hidden_states",
+}
+
+
+def check_batch(generation_config, logits_processor, streamer) -> None:
+    """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
+    if streamer is not None:
+        raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
+    if generation_config.return_dict_in_generate and (
+        generation_config.output_scores or generation_config.output_logits or generation_config.output_hidden_states
+    ):
+        raise ValueError(
+            "SlimSpec decoding with batch size > 1 returns `sequences` only; drop output_scores/output_logits/"
+            "output_hidden_states or pass one prompt."
+        )
+    processing = LogitsProcessing(logits_processor)
+    if processing.processors is not None and not processing.row_wise:
+        names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
+        raise ValueError(
+            f"SlimSpec decoding with batch size > 1 applies logits processors one row at a time; {names} hold "
+            "per-batch state. Pass one prompt at a time."
+        )
+
+
+def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
+    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
+    if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
+        raise ValueError(
+            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
+            f"num_return_sequences={generation_config.num_return_sequences}. Drop them or the drafter."
+        )
+    if generation_config.return_dict_in_generate and generation_config.output_attentions:
+        raise ValueError(
+            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
+            "(the target's attention rows belong to draft nodes, not to tokens)."
+        )
+    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
+    if unknown:
+        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
+    attention = getattr(model.config, "_attn_implementation", None)
+    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in TREE_ATTENTION:
+        raise ValueError(
+            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
+            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
+            "draft chains (`draft_tree_size=0`)."
+        )
+    validate_pairing(drafter, model)
+    check_drafter_placement(model, drafter)
+    drafter.attach_target(model)
+    return target_cache(model_kwargs.get("cache"))
+
+
+def target_cache(cache) -> DynamicCache:
+    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
+
+    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
+    pushed out of it; full layers keep every position and the masks apply the window instead."""
+    if cache is None:
+        return DynamicCache()
+    if type(cache) is not DynamicCache:
+        raise ValueError(
+            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
+            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
+        )
+    if cache.get_seq_length() != 0:
+        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
+    return DynamicCache()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The seam into transformers
 # ----------------------------------------------------------------------------------------------------------------
@@ -369,6 +448,9 @@ def bound_generate_arguments(arguments: dict) -> tuple[Any, dict]:
 
 
 __all__ = [
+    "check_batch",
+    "check_decoding_inputs",
+    "target_cache",
     "check_drafter_placement",
     "CUSTOM_SETTINGS",
     "DraftSettings",

@@ -44,6 +44,7 @@ REMOTE_CODE_FILES = (
     "cache_slimspec.py",
     "generation_slimspec.py",
     "drafting_slimspec.py",
+    "verification_slimspec.py",
     "decoding_slimspec.py",
 )
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,

@@ -1,0 +1,210 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""The target's side of a SlimSpec round: its LM head on the rows the acceptance walk reaches, the attention masks
+that verify a tree (per layer type: sliding-window layers see only their window), and its KV cache rolled back to
+what was accepted — one sequence (`compact_cache`) or a batch sharing one cache (`realign_cache`).
+
+Part of the remote-code unit: it imports only `torch` and its siblings (relatively).
+"""
+
+import torch
+
+from .drafting_slimspec import ROOT, DecodingSequence, DraftTree
+
+
+# Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One sequence: the LM head on demand, tree attention masks, cache compaction
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def plain_lm_head(target):
+    """The target's LM head when its logits are exactly `head(backbone(...).last_hidden_state)`, else None."""
+    config = target.config.get_text_config(decoder=True)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    head = target.get_output_embeddings()
+    backbone = getattr(target, target.base_model_prefix, None)
+    if not isinstance(head, torch.nn.Linear) or backbone is None or backbone is target:
+        return None
+    return head
+
+
+class TargetLogits:
+    """The target's logits of one round's verified rows (row 0 the root, row i the i-th kept node), computed when
+    the acceptance walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be
+    on the accepted path. The first batch is the root, its children and the likeliest path below; a walk that
+    leaves it computes the rest of the subtree it entered in one more batch. `lazy=False` (a head bound by reading
+    its weights): every row in the first batch. `head=None`: `logits` holds every row already (a target whose
+    logits are more than its LM head applied to the last hidden state)."""
+
+    def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
+        self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
+        self.rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
+        self.children: dict[int, list[int]] = {}
+        for node in tree.kept:  # parents come before children
+            self.children.setdefault(tree.parents[node], []).append(node)
+        self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
+        self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
+
+    def __call__(self, node: int) -> torch.Tensor:
+        """The target's raw logits (1, V) at `node`'s row."""
+        if node not in self.logits:
+            nodes = self._batch(node)
+            index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
+            logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
+            self.batches.append(len(nodes))
+            for i, n in enumerate(nodes):
+                self.logits[n] = logits[:, i]
+        return self.logits[node]
+
+    def _batch(self, node: int) -> list[int]:
+        if node == ROOT and not self.lazy:
+            return list(self.rows)
+        if node == ROOT:  # the root, all its children (where most walks leave a single path), the best path
+            nodes = [ROOT, *self.children.get(ROOT, [])]
+            below = self.children.get(ROOT)
+            while below:
+                best = max(below, key=lambda n: self.tree.scores[n])
+                nodes += [] if best in nodes else [best]
+                below = self.children.get(best)
+            return nodes
+        nodes, stack = [], [node]  # the walk left the first batch: the whole subtree it entered
+        while stack:
+            current = stack.pop()
+            if current not in self.logits:
+                nodes.append(current)
+            stack.extend(self.children.get(current, ()))
+        return nodes
+
+
+def layer_windows(config) -> int | None | dict[str, int | None]:
+    """The attention window of the target's layers: one value for all layers (None: full attention), or one per
+    layer type where full and sliding-window layers mix (transformers then takes a mask per type)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not types:
+        return window
+    unknown = sorted(set(types) - set(_LAYER_TYPES))
+    if unknown:
+        raise ValueError(
+            f"SlimSpec tree decoding supports full and sliding-window attention layers, got layer types {unknown}; "
+            "use chain drafting (`draft_tree_top_k=1` without `draft_lookup`)."
+        )
+    windows = {kind: window if kind == "sliding_attention" else None for kind in set(types)}
+    return windows if len(windows) > 1 else next(iter(windows.values()))
+
+
+def tree_attention_mask(config, seq: DecodingSequence, tree: DraftTree, dtype) -> torch.Tensor | dict:
+    """Additive masks (1, 1, n, past + n) over the root and the kept nodes: each row sees the committed prefix and
+    its ancestors, within the layer's window (sequence index of a node: the root's + depth)."""
+    past, size = seq.length - 1, len(tree.kept) + 1
+    rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
+    ancestors = torch.zeros((size, size), dtype=torch.bool)
+    ancestors[0, 0] = True
+    for node in tree.kept:  # parents come first
+        ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
+        ancestors[rows[node], rows[node]] = True
+    depths = torch.tensor([0] + [tree.depths[n] for n in tree.kept])
+    allowed = torch.cat([seq.key_mask[:past].cpu().expand(size, -1), ancestors], dim=1)  # (n, past + n)
+    distance = (past + depths)[:, None] - torch.cat([torch.arange(past), past + depths])[None]
+
+    def additive(window):
+        visible = allowed if window is None else allowed & (distance < window)
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
+        return mask[None, None].to(seq.ids.device)
+
+    windows = layer_windows(config)
+    if isinstance(windows, dict):
+        return {kind: additive(window) for kind, window in windows.items()}
+    return additive(windows)
+
+
+def compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
+    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
+
+    A prefix `keep` (0, 1, ..., a) is a crop. Otherwise the kept rows move down in place and the layer keeps a view
+    of the front: no copy of the whole cache (the next forward's `torch.cat` makes it contiguous again)."""
+    end = start + keep.numel()
+    if bool((keep == torch.arange(keep.numel())).all()):
+        surplus = cache.get_seq_length() - end
+        if surplus > 0:
+            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
+        return
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False):
+            continue
+        index = keep.to(layer.keys.device) + start
+        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
+        layer.values[:, :, start:end] = layer.values.index_select(2, index)
+        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A batch sharing one target cache
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def row_states(hidden_states, row: int) -> tuple:
+    """Batch row `row` (kept as a batch of 1) of every layer's states the target returned (None where not asked)."""
+    return tuple(None if h is None else h[row : row + 1] for h in hidden_states)
+
+
+def pad_tree_mask(mask: torch.Tensor, slots: int, width: int) -> torch.Tensor:
+    """A row's additive tree mask (1, 1, n, past + n) placed in the batch's slots: a masked filler before its past,
+    masked padding columns after its nodes, and padding rows that see only themselves."""
+    n, past = mask.shape[-2], mask.shape[-1] - mask.shape[-2]
+    blocked = torch.finfo(mask.dtype).min
+    out = mask.new_full((1, 1, width, slots + width), blocked)
+    out[..., :n, slots - past : slots + n] = mask
+    pads = torch.arange(n, width)
+    out[0, 0, pads, slots + pads] = 0
+    return out
+
+
+def realign_cache(cache, slots: int, cached: list[int], keeps: list[torch.LongTensor]) -> None:
+    """After a batched round, whose cache holds `slots` slots and then the round's verified columns: row i keeps
+    its last `cached[i]` slots and its verified columns `keeps[i]`, moved to the end of its row behind a filler.
+    Where every row kept as many columns as the longest, each a prefix, this is a crop; otherwise one gather."""
+    total = cache.get_seq_length()
+    length = max(c + keep.numel() for c, keep in zip(cached, keeps))
+    index = torch.empty((len(keeps), length), dtype=torch.long)
+    for i, (c, keep) in enumerate(zip(cached, keeps)):
+        filler = torch.arange(length - c - keep.numel()).clamp(max=total - 1)  # any slot: masked as a key
+        index[i] = torch.cat([filler, torch.arange(slots - c, slots), slots + keep])
+    if bool((index == torch.arange(length)).all()):
+        if total > length:
+            cache.crop(-(total - length))  # transformers' crop takes the number of positions to drop, negated
+        return
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False):
+            continue
+        gather = index.to(layer.keys.device)[:, None, :, None]
+        layer.keys = layer.keys.gather(2, gather.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+        layer.values = layer.values.gather(2, gather.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+
+
+def select_cache_rows(cache, rows: torch.LongTensor) -> None:
+    """Keeps the batch rows `rows` of every layer (rows that finished leave the batch)."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            index = rows.to(layer.keys.device)
+            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+
+
+__all__ = [
+    "TREE_ATTENTION",
+    "compact_cache",
+    "layer_windows",
+    "pad_tree_mask",
+    "plain_lm_head",
+    "realign_cache",
+    "row_states",
+    "select_cache_rows",
+    "TargetLogits",
+    "tree_attention_mask",
+]
