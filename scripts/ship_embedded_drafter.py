@@ -2,7 +2,8 @@
 
     python scripts/ship_embedded_drafter.py TRAINED_DIR [--results bench-results/results.json#NAME]
         [--num-assistant-tokens K] [--confidence-threshold P] [--draft-lookup | --no-draft-lookup]
-        [--draft-tree-size N] [--draft-tree-depth D] [--draft-tree-top-k K] [--dest DIR]
+        [--draft-tree-size N] [--draft-tree-depth D] [--draft-tree-top-k K] [--draft-sampling JSON]
+        [--draft-batched JSON] [--dest DIR]
 
 Weights are stored in bfloat16 (`load_embedded_drafter()` loads them in the target's dtype, "auto" by default);
 the borrowed embedding is not saved. The decoding defaults go into the drafter's generation_config.json. The model card keeps the trainer's recipe and
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help='settings that apply when sampling, as JSON, e.g. \'{"draft_tree_size": 0, "num_assistant_tokens": 1}\'',
     )
+    parser.add_argument(
+        "--draft-batched",
+        default=None,
+        help='settings that apply to more than one prompt, as JSON, e.g. \'{"draft_tree_size": 0, "draft_lookup": false}\'',
+    )
     parser.add_argument("--dataset", action="append", default=None, help="training dataset named in the card")
     parser.add_argument("--dest", default=None, help="default: the embedded drafter folder")
     args = parser.parse_args(argv)
@@ -49,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     if not (source / "model.safetensors").is_file():
         print(f"ship: {source} holds no model.safetensors; pass a `slimspec train` output folder.", file=sys.stderr)
         return 2
-    sampling = None
-    if args.draft_sampling is not None:
-        try:
-            sampling = json.loads(args.draft_sampling)
-        except json.JSONDecodeError:
-            sampling = args.draft_sampling  # DraftSettings names the parameter and the value below
+    variants = {}
+    for name, given in (("draft_sampling", args.draft_sampling), ("draft_batched", args.draft_batched)):
+        if given is not None:
+            try:
+                variants[name] = json.loads(given)
+            except json.JSONDecodeError:
+                variants[name] = given  # DraftSettings names the parameter and the value below
     drafter = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     settings = {
         "num_assistant_tokens": args.num_assistant_tokens,
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "draft_tree_size": args.draft_tree_size,
         "draft_tree_depth": args.draft_tree_depth,
         "draft_tree_top_k": args.draft_tree_top_k,
-        "draft_sampling": sampling,
+        **variants,
     }
     for name, value in settings.items():
         if value is not None:

@@ -7,7 +7,7 @@ row; sampled rows follow the target's exact distribution (χ²), and both fail w
 import pytest
 import torch
 
-from slimspec_hf import decoding_slimspec
+from slimspec_hf import decoding_slimspec, verification_slimspec
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 from .families import FAMILIES, WINDOW, make_family_target
@@ -72,19 +72,22 @@ def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(k):
 
 
 def test_per_row_rollback_is_what_keeps_rows_exact(monkeypatch):
-    """A batch-wide crop to the longest row (what `DynamicCache.crop` offers) leaves other rows' rejected drafts in
-    the cache: the output is no longer plain greedy decoding."""
+    """Rows that keep every verified column (no per-row rollback: `DynamicCache.crop` is batch-wide) let other rows'
+    rejected drafts reach attention: the output is no longer plain greedy decoding."""
     target = make_family_target("llama", vocab_size=16)
     drafter = make_tiny_drafter(target)
     ids, mask = left_padded(random_prompts(16, (9, 4, 12)))
     settings = dict(max_new_tokens=24, do_sample=False, pad_token_id=0, **MODES["hybrid"])
     plain = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+    exact = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
+    assert exact.tolist() == plain.tolist()
+    commit = verification_slimspec.BatchSlots.commit
 
-    def crop_to_the_longest(cache, slots, cached, keeps):
-        length = max(c + keep.numel() for c, keep in zip(cached, keeps))
-        cache.crop(-(cache.get_seq_length() - length))
+    def keep_everything(self, cache, positions, keeps):
+        longest = max(int(keep.max()) for keep in keeps) + 1
+        commit(self, cache, positions, [torch.arange(longest)] * len(keeps))
 
-    monkeypatch.setattr(decoding_slimspec, "realign_cache", crop_to_the_longest)
+    monkeypatch.setattr(verification_slimspec.BatchSlots, "commit", keep_everything)
     broken = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
     assert broken.tolist() != plain.tolist()
 
@@ -193,3 +196,45 @@ def test_batched_greedy_on_the_real_smollm2_equals_plain_batched_greedy(embedded
     fast = target.generate(**inputs, max_new_tokens=32, do_sample=False, assistant_model=drafter)
     assert fast.tolist() == plain.tolist()
     assert drafter.last_generation_stats.acceptance_length > 1.2
+
+
+def test_draft_batched_settings_apply_to_batches_only():
+    from slimspec_hf.generation_slimspec import DraftSettings
+
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    drafter.generation_config.draft_lookup = True
+    drafter.generation_config.num_assistant_tokens = 3
+    drafter.generation_config.draft_batched = {"draft_lookup": False, "num_assistant_tokens": 1}
+    config = drafter.generation_config
+    assert DraftSettings.resolve(config, batched=False).draft_lookup
+    batched = DraftSettings.resolve(config, batched=True)
+    assert not batched.draft_lookup and batched.num_assistant_tokens == 1
+    mine = DraftSettings.resolve(config, {"draft_batched": {"num_assistant_tokens": 2}}, batched=True)
+    assert mine.num_assistant_tokens == 2 and not mine.draft_lookup  # the caller's batched setting on the drafter's
+    prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]  # repeats: lookup drafts when it may
+    ids, mask = left_padded([prompt, prompt[2:]])
+    target.generate(ids[:1], max_new_tokens=12, do_sample=False, assistant_model=drafter)
+    assert drafter.last_generation_stats.rounds_by_source.get("lookup", 0) > 0
+    target.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0, assistant_model=drafter
+    )
+    stats = drafter.last_generation_stats
+    assert set(stats.rounds_by_source) == {"drafter"} and stats.drafted_per_position[1:] == []  # chains of 1
+    with pytest.raises(ValueError, match="draft_batched.*tree_size"):
+        DraftSettings.resolve(config, {"draft_batched": {"tree_size": 2}}, batched=True)
+
+
+def test_batches_above_draft_max_batch_size_decode_without_the_drafter():
+    target = make_counting_target()
+    drafter = make_counting_drafter(target)
+    drafter.generation_config.draft_max_batch_size = 2
+    ids, mask = left_padded([[5, 6, 7], [9, 10], [20, 21, 22]])
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    plain = target.generate(ids, attention_mask=mask, **settings)
+    assert target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings).tolist() == plain.tolist()
+    assert drafter.last_generation_stats.rounds == 0  # three prompts: plain batched decoding
+    two = target.generate(ids[:2], attention_mask=mask[:2], assistant_model=drafter, **settings)
+    assert two.tolist() == plain[:2, : two.shape[1]].tolist() and drafter.last_generation_stats.rounds > 0
+    fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, draft_max_batch_size=0, **settings)
+    assert fast.tolist() == plain.tolist() and drafter.last_generation_stats.rounds > 0  # a caller lifts the limit

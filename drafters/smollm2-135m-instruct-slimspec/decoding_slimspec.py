@@ -57,14 +57,13 @@ from .generation_slimspec import (
 )
 from .verification_slimspec import (
     TREE_ATTENTION,
+    BatchSlots,
     TargetLogits,
     compact_cache,
     layer_windows,
-    pad_tree_mask,
     plain_lm_head,
-    realign_cache,
     row_states,
-    select_cache_rows,
+    shared_kv_heads,
     tree_attention_mask,
 )
 
@@ -268,9 +267,11 @@ class SpeculativeDecoder:
                 target.config.get_text_config(decoder=True), seq, tree, dtype
             )
         if self.head is None:
-            out = target(**inputs, logits_to_keep=0)
+            with shared_kv_heads():
+                out = target(**inputs, logits_to_keep=0)
             return out.hidden_states, TargetLogits(tree, None, None, out.logits)
-        out = getattr(target, target.base_model_prefix)(**inputs)  # the decoder layers; the LM head runs in the walk
+        with shared_kv_heads():
+            out = getattr(target, target.base_model_prefix)(**inputs)  # the decoder layers; the head runs in the walk
         return out.hidden_states, TargetLogits(tree, self.head, out.last_hidden_state, lazy=self.lazy_head)
 
     def advance(self, seq: DecodingSequence, tree: DraftTree, hidden_states, logits, acceptance) -> torch.LongTensor:
@@ -310,10 +311,9 @@ class BatchedSpeculativeDecoder:
     `SpeculativeDecoder` per row: its sequence, drafter state, proposer and stats), and ONE target forward verifies
     every row's draft.
 
-    The target's cache is shared, (B, H, S, d). Its rows stay left-aligned as left padding is: row b's cached tokens
-    fill the last slots and a masked filler the rest, so a row's slot distance is its position distance (sliding
-    windows apply as in plain decoding). After each round every row's root and accepted path move to the end of its
-    row (`realign_cache`); a row that finishes (EOS, the length limit, a stopping criterion) leaves the batch.
+    The target's cache is shared, (B, H, S, d): rows roll back by masking the nodes they rejected (`BatchSlots`),
+    so no key moves, and a row that finishes (EOS, the length limit, a stopping criterion) leaves the batch. The
+    drafter's side is batched the same way (`BatchDrafting`).
     """
 
     def __init__(self, target, drafter, generation_config, logits_processor, settings, cache, input_ids, mask):
@@ -344,20 +344,14 @@ class BatchedSpeculativeDecoder:
             logits_to_keep=1,
             return_dict=True,
         )
+        self.slots = BatchSlots(torch.stack([s.key_mask for s in seqs]), torch.stack([s.positions for s in seqs]))
         for b, (row, seq) in enumerate(zip(self.rows, seqs)):
             seq.append(row.first_token(seq, out.logits[b : b + 1, -1], row_states(out.hidden_states, b)))
 
-    def slot_keys(self, b: int, slots: int) -> torch.Tensor:
-        """Which of the cache's `slots` hold row b's tokens (False: filler or the row's own left padding)."""
-        seq = self.seqs[b]
-        cached = seq.key_mask[: seq.length - 1]
-        return torch.cat([cached.new_zeros(slots - cached.numel()), cached])
-
     def round(self, stopping_criteria) -> None:
-        """Drafts every active row, verifies them in one forward, accepts per row, realigns, retires finished rows."""
+        """Drafts every active row, verifies them in one forward, accepts per row, retires finished rows."""
         trees = self.propose()
-        slots, cached = self.cache.get_seq_length(), [self.seqs[b].length - 1 for b in self.active]
-        hidden_states, verified = self.verify(trees)
+        hidden_states, verified, positions = self.verify(trees)
         logits = self.target_logits(trees, verified)
         keeps = []
         for i, (b, tree) in enumerate(zip(self.active, trees)):
@@ -366,7 +360,7 @@ class BatchedSpeculativeDecoder:
             new_tokens, keep = row.take(seq, tree, logits[i], acceptance)
             row.record(seq, tree, row_states(hidden_states, i), acceptance, new_tokens, keep)
             keeps.append(keep)
-        realign_cache(self.cache, slots, cached, keeps)
+        self.slots.commit(self.cache, positions, keeps)
         done = [bool(stopping_criteria(self.seqs[b].ids, None).all()) for b in self.active]
         if any(done):
             self.keep_rows([i for i, finished in enumerate(done) if not finished])
@@ -375,7 +369,7 @@ class BatchedSpeculativeDecoder:
         """Keeps the active rows at indices `staying` in both caches (the others finished)."""
         self.active = [self.active[i] for i in staying]
         if staying:
-            select_cache_rows(self.cache, torch.tensor(staying, dtype=torch.long))
+            self.slots.keep_rows(self.cache, staying)
             self.drafting.keep_rows(staying)
 
     def propose(self) -> list[DraftTree]:
@@ -413,9 +407,9 @@ class BatchedSpeculativeDecoder:
 
     def verify(self, trees: list[DraftTree]):
         """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding is
-        masked as keys and sees only itself as a query); returns the hidden states and the last hidden states
-        (or the logits, when the target's logits are more than its LM head)."""
-        slots, width = self.cache.get_seq_length(), max(len(t.kept) + 1 for t in trees)
+        masked as keys and sees only itself as a query); returns the hidden states, the last hidden states (or the
+        logits, when the target's logits are more than its LM head) and the columns' positions (B, W)."""
+        width = max(len(t.kept) + 1 for t in trees)
         device = self.seqs[0].ids.device
         ids = torch.zeros((len(trees), width), dtype=torch.long)
         positions = torch.zeros((len(trees), width), dtype=torch.long)
@@ -425,40 +419,29 @@ class BatchedSpeculativeDecoder:
             ids[i, n:] = ids[i, n - 1]
             depths = torch.tensor([0] + [tree.depths[k] for k in tree.kept] + [0] * (width - n))
             positions[i] = int(seq.positions[-1]) + depths
+        config = self.target.config.get_text_config(decoder=True)
+        if all(tree.is_chain() for tree in trees) and layer_windows(config) is None:
+            mask = self.slots.key_mask(trees, width).to(device)
+        else:
+            dtype = self.target.dtype if self.target.dtype.is_floating_point else torch.float32
+            mask = self.slots.tree_masks(config, trees, positions, dtype)
+            mask = {k: m.to(device) for k, m in mask.items()} if isinstance(mask, dict) else mask.to(device)
         inputs = {
             "input_ids": ids.to(device),
             "position_ids": positions.to(device),
-            "attention_mask": self.verify_mask(trees, slots, width),
+            "attention_mask": mask,
             "cache": self.cache,
             "use_cache": True,
             "output_hidden_states": self.captured,
             "return_dict": True,
         }
         if self.head is None:
-            out = self.target(**inputs, logits_to_keep=0)
-            return out.hidden_states, out.logits
-        out = getattr(self.target, self.target.base_model_prefix)(**inputs)
-        return out.hidden_states, out.last_hidden_state
-
-    def verify_mask(self, trees: list[DraftTree], slots: int, width: int):
-        """A 2-D key mask when every draft is a chain (the target builds its causal masks), else additive 4-D tree
-        masks (B, 1, width, slots + width), one per layer type where they differ."""
-        device = self.seqs[0].ids.device
-        if all(tree.is_chain() for tree in trees):
-            keys = []
-            for b, tree in zip(self.active, trees):
-                nodes = torch.arange(width) <= len(tree.kept)
-                keys.append(torch.cat([self.slot_keys(b, slots).cpu(), nodes]))
-            return torch.stack(keys).long().to(device)
-        target = self.target
-        dtype = target.dtype if target.dtype.is_floating_point else torch.float32
-        config = target.config.get_text_config(decoder=True)
-        masks = []
-        for b, tree in zip(self.active, trees):
-            mask = tree_attention_mask(config, self.seqs[b], tree, dtype)
-            masks.append(mask if isinstance(mask, dict) else {None: mask})
-        merged = {kind: torch.cat([pad_tree_mask(m[kind], slots, width) for m in masks]) for kind in masks[0]}
-        return merged[None] if None in merged else merged
+            with shared_kv_heads():
+                out = self.target(**inputs, logits_to_keep=0)
+            return out.hidden_states, out.logits, positions
+        with shared_kv_heads():
+            out = getattr(self.target, self.target.base_model_prefix)(**inputs)
+        return out.hidden_states, out.last_hidden_state, positions
 
     def stats(self) -> SlimSpecGenerationStats:
         return SlimSpecGenerationStats.combined([row.stats for row in self.rows])
@@ -514,7 +497,7 @@ def speculative_decoding(
     `GenerateDecoderOnlyOutput` with `sequences`, `scores`, `logits` and `cache` (`return_dict_in_generate`)."""
     cache = check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs)
     if input_ids.shape[0] > 1:
-        check_batch(generation_config, logits_processor, streamer)
+        check_batch(model, generation_config, logits_processor, streamer)
         return batched_decoding(
             model,
             drafter,
@@ -599,7 +582,9 @@ def slimspec_generate(
     """
     if not is_slimspec_drafter(drafter):
         raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
-    settings = DraftSettings.resolve(drafter.generation_config, draft_settings, bool(generation_config.do_sample))
+    settings = DraftSettings.resolve(
+        drafter.generation_config, draft_settings, bool(generation_config.do_sample), input_ids.shape[0] > 1
+    )
     if draft_streamer is not None:
         draft_streamer.put(input_ids.cpu())
     return speculative_decoding(
@@ -621,8 +606,14 @@ def generate_with_drafter(drafter, generate, arguments: dict):
     target, arguments = bound_generate_arguments(arguments)
     arguments.pop("custom_generate", None)
     settings = DraftSettings.explicit(arguments.get("generation_config"), arguments)
-    DraftSettings.resolve(drafter.generation_config, settings)  # bad values fail here, before any forward
+    ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
+    batch = ids.shape[0] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else 1
+    # bad values fail here, before any forward
+    resolved = DraftSettings.resolve(drafter.generation_config, settings, batched=batch > 1)
     arguments.pop("assistant_model")
+    if 0 < resolved.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
+        drafter.last_generation_stats = SlimSpecGenerationStats()
+        return generate(target, **arguments)
     streamer = arguments.pop("streamer", None)
     return generate(
         target,

@@ -53,6 +53,12 @@ class DraftSettings:
         draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
         draft_sampling: settings (names of this class) that replace the ones above when `do_sample=True`: the
             shapes that pay differ between greedy and sampled decoding.
+        draft_batched: settings that replace the ones above (and `draft_sampling`'s) when `generate()` gets more
+            than one prompt: one forward verifies every row, padded to the widest row's draft, and a batch already
+            uses the compute that makes verifying many tokens nearly free for one prompt.
+        draft_max_batch_size: batches of more prompts than this decode without the drafter (plain batched
+            `generate()`); 0 sets no limit. Where a batch already keeps the hardware busy, verifying more tokens
+            per row costs more than the drafter's accepted tokens save.
     """
 
     num_assistant_tokens: int = 6
@@ -66,6 +72,10 @@ class DraftSettings:
     draft_tree_depth: int = 4
     draft_tree_top_k: int = 4
     draft_sampling: dict = field(default_factory=dict)
+    draft_batched: dict = field(default_factory=dict)
+    draft_max_batch_size: int = 0
+
+    VARIANTS = ("draft_sampling", "draft_batched")  # settings that replace others in some calls
 
     def __post_init__(self):
         def positive(name, value, minimum=1):
@@ -88,14 +98,19 @@ class DraftSettings:
         positive("draft_tree_size", self.draft_tree_size, 0)
         positive("draft_tree_depth", self.draft_tree_depth)
         positive("draft_tree_top_k", self.draft_tree_top_k)
-        if not isinstance(self.draft_sampling, dict):
-            raise ValueError(f"`draft_sampling` must be a dict of decoding settings, got {self.draft_sampling!r}.")
-        unknown = sorted(
-            set(self.draft_sampling) - set(self.names()) | ({"draft_sampling"} & set(self.draft_sampling))
-        )
+        positive("draft_max_batch_size", self.draft_max_batch_size, 0)
+        for variant in self.VARIANTS:
+            self.check_variant(variant, getattr(self, variant))
+
+    @classmethod
+    def check_variant(cls, variant: str, settings) -> None:
+        """`draft_sampling` / `draft_batched` hold decoding settings (and no variant)."""
+        valid = [name for name in cls.names() if name not in cls.VARIANTS]
+        if not isinstance(settings, dict):
+            raise ValueError(f"`{variant}` must be a dict of decoding settings, got {settings!r}.")
+        unknown = sorted(set(settings) - set(valid))
         if unknown:
-            valid = [name for name in self.names() if name != "draft_sampling"]
-            raise ValueError(f"`draft_sampling` holds {unknown}, which are not decoding settings; valid: {valid}.")
+            raise ValueError(f"`{variant}` holds {unknown}, which are not decoding settings; valid: {valid}.")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -103,19 +118,24 @@ class DraftSettings:
 
     @classmethod
     def resolve(
-        cls, drafter_generation_config, overrides: dict | None = None, do_sample: bool = False
+        cls, drafter_generation_config, overrides: dict | None = None, do_sample: bool = False, batched: bool = False
     ) -> "DraftSettings":
-        """The drafter's defaults (its `generation_config`), then, when sampling, its `draft_sampling` defaults,
-        then the caller's explicit values (and, when sampling, the caller's `draft_sampling`)."""
+        """The drafter's defaults (its `generation_config`), then its `draft_sampling` defaults when sampling and its
+        `draft_batched` defaults for more than one prompt, then the caller's explicit values (and the caller's
+        `draft_sampling` / `draft_batched` where they apply)."""
         config = drafter_generation_config
         values = {name: getattr(config, name, None) for name in cls.names()} if config is not None else {}
         values = {name: value for name, value in values.items() if value is not None}
         overrides = {name: value for name, value in (overrides or {}).items() if value is not None}
-        if do_sample:
-            values.update(values.get("draft_sampling") or {})
+        applying = [name for name, on in zip(cls.VARIANTS, (do_sample, batched)) if on]
+        for source in (values, overrides):
+            for name in cls.VARIANTS:
+                cls.check_variant(name, source.get(name) or {})
+        for name in applying:
+            values.update(values.get(name) or {})
         values.update(overrides)
-        if do_sample:
-            values.update(overrides.get("draft_sampling") or {})
+        for name in applying:
+            values.update(overrides.get(name) or {})
         if isinstance(values.get("assistant_confidence_threshold"), int):
             values["assistant_confidence_threshold"] = float(values["assistant_confidence_threshold"])
         return cls(**values)
@@ -320,8 +340,15 @@ _KNOWN_MODEL_KWARGS = {
 }
 
 
-def check_batch(generation_config, logits_processor, streamer) -> None:
+def check_batch(model, generation_config, logits_processor, streamer) -> None:
     """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
+    attention = getattr(model.config, "_attn_implementation", None)
+    if getattr(model.config.get_text_config(decoder=True), "sliding_window", None) and attention not in TREE_ATTENTION:
+        raise ValueError(
+            f"SlimSpec decoding with batch size > 1 passes a sliding-window target 4-D attention masks, which "
+            f'`attn_implementation={attention!r}` does not take; load it with `attn_implementation="sdpa"` or pass '
+            "one prompt at a time."
+        )
     if streamer is not None:
         raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
     if generation_config.return_dict_in_generate and (

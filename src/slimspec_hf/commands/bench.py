@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="B",
-        help="batched decoding instead: plain batched generate() against each drafter (its own defaults) at each "
-        "batch size, batches of B questions interleaved; the first --temperatures value is used",
+        help="batched decoding instead: plain batched generate() against each drafter (its own defaults; a drafter "
+        "with a draft_max_batch_size also as NAME@any-batch, drafting at every B) at each batch size, batches of B "
+        "questions interleaved; the first --temperatures value is used",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
@@ -120,6 +121,8 @@ def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) 
         systems[name] = {"assistant_model": drafter}
         if args.num_speculative_tokens:
             systems[name]["num_assistant_tokens"] = args.num_speculative_tokens
+        if getattr(drafter.generation_config, "draft_max_batch_size", 0):  # also drafting above its batch limit
+            systems[f"{name}@any-batch"] = {**systems[name], "draft_max_batch_size": 0}
     temperature = args.temperatures[0]
     sweep = run_batch_sweep(
         target,
