@@ -242,3 +242,20 @@ def test_real_process_prints_one_line_and_exits_2(tmp_path):
 def test_other_commands_check_the_target_path_too(capsys, workdir, command):
     _, line = run_cli(capsys, [command, "--target", "/no/such/target"], workdir)
     assert "no such folder" in line and "/no/such/target" in line and "Repo id must be" not in line
+
+
+def test_bench_verify_times_each_batch_size(tmp_path, capsys):
+    from slimspec_hf.commands import bench_verify
+
+    from ..conftest import make_char_tokenizer, make_tiny_target
+
+    make_tiny_target().save_pretrained(tmp_path / "target")
+    make_char_tokenizer().save_pretrained(tmp_path / "target")
+    argv = ["--target", str(tmp_path / "target"), "--dtypes", "float32", "--max-tokens", "3", "--context", "4"]
+    assert bench_verify.main([*argv, "--repeats", "1", "--batch-sizes", "1", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "T(n) float32 B=3 ms" in lines[1] and [line.split(" | ")[0] for line in lines[3:]] == ["| 1", "| 2", "| 3"]
+    assert bench_verify.main([*argv, "--batch-sizes", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "slimspec bench-verify: error: `--batch-sizes` must all be at least 1, got [0]."
+    )

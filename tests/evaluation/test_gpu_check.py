@@ -13,7 +13,7 @@ from slimspec_hf.evaluation.gpu_check import CheckSettings, Step, goals, plan_st
 from ..conftest import REPO_ROOT, SHARED_DATA
 
 
-FILES = {"summary.md", "summary.json", "tests.json", "bench_head.json", "bench.json", "logs.txt"}
+FILES = {"summary.md", "summary.json", "tests.json", "bench_head.json", "bench.json", "bench_batch.json", "logs.txt"}
 
 
 @pytest.mark.integration
@@ -27,7 +27,7 @@ def test_gpu_check_runs_on_the_cpu_and_writes_one_folder(tmp_path, monkeypatch, 
     assert {"settings", "environment", "steps", "seconds", "goals"} <= set(summary)
     assert summary["environment"]["device"] == "cpu" and "torch" in summary["environment"]
     steps = {s["name"]: s for s in summary["steps"]}
-    assert list(steps) == ["tests", "bench_head", "bench"]
+    assert list(steps) == ["tests", "bench_head", "bench", "bench_batch"]
     assert steps["tests"]["status"] == steps["bench_head"]["status"] == "ok"
     assert steps["bench"]["status"] == ("ok" if (SHARED_DATA / "eval" / "mt_bench").is_dir() else "skipped")
     tests = json.loads((out / "tests.json").read_text())
@@ -39,8 +39,11 @@ def test_gpu_check_runs_on_the_cpu_and_writes_one_folder(tmp_path, monkeypatch, 
         bench = json.loads((out / "bench.json").read_text())
         systems = {r["system"] for r in bench["results"]}
         assert {"target", "slimspec", "slimspec+lookup", "prompt_lookup"} <= systems
+        sweep = json.loads((out / "bench_batch.json").read_text())
+        assert {(r["batch_size"], r["system"]) for r in sweep["summary"]} >= {(2, "target"), (2, "slimspec")}
     text = (out / "summary.md").read_text()
-    for heading in ("# slimspec gpu-check", "## Goals", "## Device tests", "## LM heads", "## Speculative decoding"):
+    headings = ("# slimspec gpu-check", "## Goals", "## Device tests", "## LM heads", "## Speculative decoding")
+    for heading in (*headings, "## Batched decoding"):
         assert heading in text
     assert "results in" in capsys.readouterr().out
 
@@ -63,6 +66,7 @@ def test_the_gpu_plan_covers_the_paper_shapes_and_the_systems(tmp_path):
     bench = " ".join(steps["bench"].argv)
     assert "--draft-lookup --prompt-lookup" in bench and "--device cuda --dtype bfloat16" in bench
     assert "--device cuda" in " ".join(steps["tests"].argv)
+    assert "--batch-sizes 1 4 16 64" in " ".join(steps["bench_batch"].argv)
     assert sum(s.timeout_s for s in steps.values()) <= 480  # the check's goal: within 8 minutes
 
 

