@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-dir",
         default=None,
-        help="where the results go (default: $OUT when set, as on a lent GPU machine, else gpu-check-results/)",
+        help="where the results go (default: $OUT when set, else gpu-check-results/)",
     )
     p.add_argument("--device", default="cuda", help="device of every step (default cuda; cpu runs it in CI)")
     p.add_argument(

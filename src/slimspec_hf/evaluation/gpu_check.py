@@ -1,9 +1,9 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """`slimspec gpu-check`: the package's device paths and speed on a GPU, in one time-boxed run.
 
-A GPU is lent to this project now and then, for minutes. This module turns such a loan into one command whose
-steps each run in a subprocess under a time box (a failed or timed-out step is recorded, the next still runs),
-inside an overall budget, and writes everything into one folder that comes back whole:
+For a GPU host with minutes to spare (and no package index, see docs/gpu.md): one command whose steps each run in
+a subprocess under a time box (a failed or timed-out step is recorded, the next still runs), inside an overall
+budget, and writes everything into one folder:
 
     tests        the device tests (`tests/test_devices.py`, marker `device`) on `device`: fp32 greedy identity,
                  bf16/fp16 runs with their greedy agreement reported, sampling χ², save/load, remote code, SmolLM2
@@ -14,7 +14,7 @@ inside an overall budget, and writes everything into one folder that comes back 
     bench_batch  `slimspec bench --batch-sizes 1 4 16 64` on MT-Bench first turns: the shipped drafter against plain
                  batched `generate()` at each batch size (tokens/s, τ), batches interleaved
 
-Files (at most eight, since the lent machine returns no more): summary.md (every table), summary.json (the
+Files (at most eight, so that the folder travels light): summary.md (every table), summary.json (the
 environment, each step's status and parsed results, the goals), tests.json, bench_head.json, bench.json (the raw
 outputs, bench_batch.json), logs.txt (each step's command and output tail). The same code runs on the CPU with tiny settings in CI.
 """

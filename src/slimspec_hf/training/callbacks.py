@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 class TimeLimitCallback(TrainerCallback):
     """Stops training before the step that would end past `max_seconds` of training, so that a time-boxed run (a
-    lent GPU, a CPU session) ends with its model saved instead of being killed.
+    rented GPU, a shared CPU) ends with its model saved instead of being killed.
 
     The clock starts at `on_train_begin` (after the target is loaded, the data tokenised and any offline features
     cached). A step is not begun when the elapsed time plus the mean step time so far would pass the budget.
