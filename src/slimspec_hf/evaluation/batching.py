@@ -82,7 +82,7 @@ def run_batch_sweep(
                         "system": name,
                         "new_tokens": sum(new_token_counts(out, inputs["input_ids"].shape[1], eos_ids)),
                         "seconds": seconds,
-                        "tau": stats.acceptance_length if stats is not None else None,
+                        "tau": stats.acceptance_length if stats is not None and stats.rounds else None,
                     }
                 )
             if not temperature:
