@@ -103,7 +103,7 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     assert json.loads((dest / "generation_config.json").read_text())["num_assistant_tokens"] == 3
 
 
-def test_shipped_settings_differ_for_greedy_and_sampling():
+def test_shipped_settings_for_greedy_sampling_and_batches():
     from transformers import GenerationConfig
 
     from slimspec_hf.generation_slimspec import DraftSettings
@@ -112,8 +112,11 @@ def test_shipped_settings_differ_for_greedy_and_sampling():
     greedy = DraftSettings.resolve(shipped, do_sample=False)
     sampled = DraftSettings.resolve(shipped, do_sample=True)
     assert greedy.draft_tree_size > 0 and greedy.draft_lookup  # a tree with lookup
-    assert sampled.draft_tree_size == 0 and sampled.num_assistant_tokens == 1 and sampled.draft_lookup
-    # a caller's explicit setting beats the drafter's sampling default; the caller's own draft_sampling beats both
+    assert sampled == greedy  # measured in bf16: the same tree pays best when sampling (docs/results.md)
+    batched = DraftSettings.resolve(shipped, batched=True)
+    assert batched.draft_tree_size < greedy.draft_tree_size and batched.draft_lookup_num_tokens <= 3
+    assert batched.draft_max_batch_size == 4
+    # a caller's explicit setting beats the drafter's defaults; the caller's own draft_sampling beats both
     assert DraftSettings.resolve(shipped, {"draft_tree_size": 6}, do_sample=True).draft_tree_size == 6
     mine = {"draft_tree_size": 6, "draft_sampling": {"draft_tree_size": 2}}
     assert DraftSettings.resolve(shipped, mine, do_sample=True).draft_tree_size == 2
