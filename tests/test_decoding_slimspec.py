@@ -503,3 +503,27 @@ def test_greedy_identity_on_smollm2_with_the_shipped_drafter(embedded_target):
     fast = model.generate(**inputs, max_new_tokens=40, do_sample=False, assistant_model=drafter, **hybrid)
     assert fast.tolist() == plain.tolist()
     assert "lookup" in drafter.last_generation_stats.rounds_by_source
+
+
+def test_verification_reads_the_shared_kv_heads(monkeypatch):
+    """transformers' sdpa copies a grouped-query target's keys and values for every query head (`repeat_kv`) when a
+    mask comes with several query tokens, unless TRANSFORMERS_SDPA_FORCE_GQA=1, which verification sets for its
+    forwards (`shared_kv_heads`). Fails if transformers stops honouring the switch; output unchanged either way."""
+    import contextlib
+
+    import transformers.integrations.sdpa_attention as sdpa
+
+    target = make_tiny_target(seed=2)  # 4 query heads, 2 key/value heads
+    target.set_attn_implementation("sdpa")
+    drafter = make_tiny_drafter(target)
+    copies = []
+    repeat_kv = sdpa.repeat_kv
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda states, n: copies.append(states.shape) or repeat_kv(states, n))
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    settings = dict(max_new_tokens=12, do_sample=False, draft_tree_size=6, draft_tree_depth=2, draft_tree_top_k=3)
+    plain = target.generate(ids, max_new_tokens=12, do_sample=False)
+    assert target.generate(ids, assistant_model=drafter, **settings).tolist() == plain.tolist()
+    assert copies == []
+    monkeypatch.setattr(decoding_slimspec, "shared_kv_heads", contextlib.nullcontext)  # without the switch
+    assert target.generate(ids, assistant_model=drafter, **settings).tolist() == plain.tolist()
+    assert copies  # the tree masks made transformers copy the cache
