@@ -36,7 +36,7 @@ test-all: install
 COMPAT_TRANSFORMERS ?= 5.20.0
 COMPAT_VENV ?= .venv-compat-$(COMPAT_TRANSFORMERS)
 COMPAT_PY := $(COMPAT_VENV)/bin/python
-COMPAT_TESTS := tests/test_generation.py tests/test_decoding_slimspec.py tests/test_decoding_families.py tests/test_embedded_drafter.py
+COMPAT_TESTS := tests/test_generation.py tests/test_decoding_slimspec.py tests/test_decoding_families.py tests/test_batched_decoding.py tests/test_embedded_drafter.py
 
 test-compat:
 	test -x $(COMPAT_PY) || python3 -m venv $(COMPAT_VENV)
