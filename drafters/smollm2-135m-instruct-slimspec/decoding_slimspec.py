@@ -330,7 +330,6 @@ class BatchedSpeculativeDecoder:
         self.drafting = BatchDrafting(drafter, [row.state for row in self.rows], [row.proposer for row in self.rows])
         self.head, self.lazy_head = self.rows[0].head, self.rows[0].lazy_head
         self.captured = self.rows[0].captured
-        self.tree_masks = self.rows[0].tree_masks
 
     def prefill(self) -> None:
         seqs = self.seqs
@@ -392,7 +391,7 @@ class BatchedSpeculativeDecoder:
         if self.head is None:
             return [TargetLogits(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
         logits = [TargetLogits(t, self.head, verified[i : i + 1], lazy=self.lazy_head) for i, t in enumerate(trees)]
-        firsts = [target._batch(ROOT) for target in logits]
+        firsts = [target.rows_for(ROOT) for target in logits]
         index = torch.tensor(
             [[i, target.rows[n]] for i, (target, nodes) in enumerate(zip(logits, firsts)) for n in nodes]
         )

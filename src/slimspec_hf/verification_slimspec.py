@@ -78,7 +78,7 @@ class TargetLogits:
     def __call__(self, node: int) -> torch.Tensor:
         """The target's raw logits (1, V) at `node`'s row."""
         if node not in self.logits:
-            nodes = self._batch(node)
+            nodes = self.rows_for(node)
             index = torch.tensor([self.rows[n] for n in nodes], device=self.hidden.device)
             logits = self.head(self.hidden[:, index])  # (1, len(nodes), V)
             self.batches.append(len(nodes))
@@ -86,7 +86,8 @@ class TargetLogits:
                 self.logits[n] = logits[:, i]
         return self.logits[node]
 
-    def _batch(self, node: int) -> list[int]:
+    def rows_for(self, node: int) -> list[int]:
+        """The nodes whose logits one LM-head call computes when the walk first needs `node`'s."""
         if node == ROOT and not self.lazy:
             return list(self.rows)
         if node == ROOT:  # the root, all its children (where most walks leave a single path), the best path
