@@ -1,7 +1,7 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """The target's side of a SlimSpec round: its LM head on the rows the acceptance walk reaches, the attention masks
 that verify a tree (per layer type: sliding-window layers see only their window), and its KV cache rolled back to
-what was accepted — one sequence (`compact_cache`) or a batch sharing one cache (`realign_cache`).
+what was accepted — one sequence (`compact_cache`) or a batch sharing one cache (`BatchSlots`).
 
 Part of the remote-code unit: it imports only `torch` and its siblings (relatively).
 """
