@@ -59,6 +59,7 @@ from .verification_slimspec import (
     TREE_ATTENTION,
     BatchSlots,
     TargetLogits,
+    cache_keyword,
     compact_cache,
     layer_windows,
     plain_lm_head,
@@ -66,6 +67,10 @@ from .verification_slimspec import (
     shared_kv_heads,
     tree_attention_mask,
 )
+
+
+# the output's cache field: `cache` from transformers 5.24, `past_key_values` before
+OUTPUT_CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -178,6 +183,7 @@ class SpeculativeDecoder:
         )
         self.hidden_states: tuple[tuple[torch.Tensor, ...], ...] = ()
         self.captured = True if self.all_hidden_states else self.layer_ids  # the layers the target returns
+        self.cache_name = cache_keyword(target)
 
     def prefill(self, seq: DecodingSequence) -> torch.LongTensor:
         """The target reads the prompt and picks the first token (1, 1)."""
@@ -185,7 +191,7 @@ class SpeculativeDecoder:
             input_ids=seq.ids,
             position_ids=seq.positions[None],
             attention_mask=seq.key_mask[None].long() if seq.padded else None,
-            cache=self.cache,
+            **{self.cache_name: self.cache},
             use_cache=True,
             output_hidden_states=self.captured,
             logits_to_keep=1,
@@ -253,7 +259,7 @@ class SpeculativeDecoder:
         inputs = {
             "input_ids": torch.tensor([[int(seq.ids[0, -1])] + [tree.tokens[n] for n in tree.kept]], device=device),
             "position_ids": depths + seq.positions[-1],
-            "cache": self.cache,
+            self.cache_name: self.cache,
             "use_cache": True,
             "output_hidden_states": self.captured,
             "return_dict": True,
@@ -337,7 +343,7 @@ class BatchedSpeculativeDecoder:
             input_ids=torch.cat([s.ids for s in seqs]),
             position_ids=torch.stack([s.positions for s in seqs]),
             attention_mask=torch.stack([s.key_mask for s in seqs]).long(),
-            cache=self.cache,
+            **{self.rows[0].cache_name: self.cache},
             use_cache=True,
             output_hidden_states=self.captured,
             logits_to_keep=1,
@@ -429,7 +435,7 @@ class BatchedSpeculativeDecoder:
             "input_ids": ids.to(device),
             "position_ids": positions.to(device),
             "attention_mask": mask,
-            "cache": self.cache,
+            self.rows[0].cache_name: self.cache,
             "use_cache": True,
             "output_hidden_states": self.captured,
             "return_dict": True,
@@ -533,7 +539,7 @@ def speculative_decoding(
         scores=decoder.scores if output_scores else None,
         logits=decoder.raw_logits if generation_config.output_logits else None,
         hidden_states=decoder.hidden_states if decoder.all_hidden_states else None,
-        cache=cache,
+        **{OUTPUT_CACHE: cache},
     )
 
 

@@ -334,6 +334,7 @@ _KNOWN_MODEL_KWARGS = {
     "attention_mask",
     "position_ids",
     "cache",
+    "past_key_values",  # the cache's name before transformers 5.24
     "use_cache",
     "logits_to_keep",
     "output_hidden_states",
@@ -392,7 +393,7 @@ def check_decoding_inputs(model, drafter, input_ids, generation_config, settings
     validate_pairing(drafter, model)
     check_drafter_placement(model, drafter)
     drafter.attach_target(model)
-    return target_cache(model_kwargs.get("cache"))
+    return target_cache(model_kwargs.get("cache", model_kwargs.get("past_key_values")))
 
 
 def target_cache(cache) -> DynamicCache:

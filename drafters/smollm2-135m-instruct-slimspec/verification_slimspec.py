@@ -6,6 +6,7 @@ what was accepted — one sequence (`compact_cache`) or a batch sharing one cach
 Part of the remote-code unit: it imports only `torch` and its siblings (relatively).
 """
 
+import inspect
 import os
 from contextlib import contextmanager
 
@@ -24,6 +25,12 @@ _FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
 # ----------------------------------------------------------------------------------------------------------------
 # One sequence: the LM head on demand, tree attention masks, cache compaction
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def cache_keyword(model) -> str:
+    """The name under which `model`'s forward takes its KV cache: transformers 5.24 renamed `past_key_values` to
+    `cache` (the old name deprecated), and the package supports releases on both sides of the rename."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 @contextmanager
@@ -249,6 +256,7 @@ class BatchSlots:
 
 
 __all__ = [
+    "cache_keyword",
     "shared_kv_heads",
     "TREE_ATTENTION",
     "compact_cache",

@@ -257,6 +257,8 @@ def verification_costs(
 
     from transformers import DynamicCache
 
+    from ..verification_slimspec import cache_keyword
+
     vocab = target.config.get_text_config().vocab_size
     generator = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (batch_size, context), generator=generator).to(target.device)
@@ -264,12 +266,13 @@ def verification_costs(
     extra = {"output_hidden_states": list(layer_ids)} if layer_ids else {}
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
-        target(prefix, cache=prefill, use_cache=True)
+        name = cache_keyword(target)
+        target(prefix, **{name: prefill}, use_cache=True)
         for _ in range(repeats + 1):  # the first pass warms up and is not kept
             for n in sizes:
                 cache = copy.deepcopy(prefill)
                 tokens = torch.randint(0, vocab, (batch_size, n), generator=generator).to(target.device)
                 with Timer(target.device) as timer:
-                    target(tokens, cache=cache, use_cache=True, **extra)
+                    target(tokens, **{name: cache}, use_cache=True, **extra)
                 samples[n].append(timer.seconds)
     return {n: statistics.median(values[1:]) for n, values in samples.items()}
