@@ -61,6 +61,7 @@ from .verification_slimspec import (
     TargetLogits,
     cache_keyword,
     compact_cache,
+    first_rows_in_one_call,
     layer_windows,
     plain_lm_head,
     row_states,
@@ -336,20 +337,21 @@ class BatchedSpeculativeDecoder:
         self.drafting = BatchDrafting(drafter, [row.state for row in self.rows], [row.proposer for row in self.rows])
         self.head, self.lazy_head = self.rows[0].head, self.rows[0].lazy_head
         self.captured = self.rows[0].captured
+        self.windows = layer_windows(target.config.get_text_config(decoder=True))  # per layer type, or None
 
     def prefill(self) -> None:
         seqs = self.seqs
+        self.slots = BatchSlots(torch.stack([s.key_mask for s in seqs]), torch.stack([s.positions for s in seqs]))
         out = self.target(
             input_ids=torch.cat([s.ids for s in seqs]),
-            position_ids=torch.stack([s.positions for s in seqs]),
-            attention_mask=torch.stack([s.key_mask for s in seqs]).long(),
+            position_ids=self.slots.positions.to(seqs[0].ids.device),
+            attention_mask=self.slots.valid.long().to(seqs[0].ids.device),
             **{self.rows[0].cache_name: self.cache},
             use_cache=True,
             output_hidden_states=self.captured,
             logits_to_keep=1,
             return_dict=True,
         )
-        self.slots = BatchSlots(torch.stack([s.key_mask for s in seqs]), torch.stack([s.positions for s in seqs]))
         for b, (row, seq) in enumerate(zip(self.rows, seqs)):
             seq.append(row.first_token(seq, out.logits[b : b + 1, -1], row_states(out.hidden_states, b)))
 
@@ -397,17 +399,7 @@ class BatchedSpeculativeDecoder:
         if self.head is None:
             return [TargetLogits(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
         logits = [TargetLogits(t, self.head, verified[i : i + 1], lazy=self.lazy_head) for i, t in enumerate(trees)]
-        firsts = [target.rows_for(ROOT) for target in logits]
-        index = torch.tensor(
-            [[i, target.rows[n]] for i, (target, nodes) in enumerate(zip(logits, firsts)) for n in nodes]
-        )
-        computed = self.head(verified[index[:, 0].to(verified.device), index[:, 1].to(verified.device)])  # (N, V)
-        k = 0
-        for target, nodes in zip(logits, firsts):
-            for n in nodes:
-                target.logits[n] = computed[k : k + 1]
-                k += 1
-            target.batches.append(len(nodes))
+        first_rows_in_one_call(logits, self.head, verified)
         return logits
 
     def verify(self, trees: list[DraftTree]):
@@ -424,12 +416,11 @@ class BatchedSpeculativeDecoder:
             ids[i, n:] = ids[i, n - 1]
             depths = torch.tensor([0] + [tree.depths[k] for k in tree.kept] + [0] * (width - n))
             positions[i] = int(seq.positions[-1]) + depths
-        config = self.target.config.get_text_config(decoder=True)
-        if all(tree.is_chain() for tree in trees) and layer_windows(config) is None:
+        if all(tree.is_chain() for tree in trees) and self.windows is None:
             mask = self.slots.key_mask(trees, width).to(device)
         else:
             dtype = self.target.dtype if self.target.dtype.is_floating_point else torch.float32
-            mask = self.slots.tree_masks(config, trees, positions, dtype)
+            mask = self.slots.tree_masks(self.windows, trees, positions, dtype)
             mask = {k: m.to(device) for k, m in mask.items()} if isinstance(mask, dict) else mask.to(device)
         inputs = {
             "input_ids": ids.to(device),

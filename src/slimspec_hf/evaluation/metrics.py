@@ -191,6 +191,7 @@ def measure_round_costs(
     t_head_full. Also returns `kappa_drafter` = t_head_full / t_backbone (the head's share of a drafter step).
     """
     from ..cache_slimspec import SlimSpecDrafterCache
+    from ..verification_slimspec import cache_keyword
 
     cfg = drafter.config
     k = int(num_speculative_tokens or cfg.speculative_tokens)
@@ -206,8 +207,8 @@ def measure_round_costs(
     # target: a cache of `context_length` positions, then k + 1 new tokens, cropped back after each timing
     context_ids = torch.randint(vocab, (1, context_length), generator=generator).to(target.device)
     target_out = target(input_ids=context_ids, use_cache=True)
-    past = target_out.get("cache") or target_out.get("past_key_values")  # renamed `cache` in transformers 5.2x
-    cache_kwarg = "cache" if "cache" in target_out else "past_key_values"
+    cache_kwarg = cache_keyword(target)  # the output's field has the same name
+    past = target_out[cache_kwarg]
     verify_ids = torch.randint(vocab, (1, k + 1), generator=generator).to(target.device)
     layer_ids = list(cfg.target_layer_ids)
 
