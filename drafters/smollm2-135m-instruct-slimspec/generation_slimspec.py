@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicCache
 
 from .configuration_slimspec import SlimSpecDrafterConfig
 from .drafting_slimspec import LogitsProcessing, is_row_wise
-from .verification_slimspec import TREE_ATTENTION
+from .verification_slimspec import TREE_ATTENTION, layer_windows
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -344,7 +344,8 @@ _KNOWN_MODEL_KWARGS = {
 def check_batch(model, generation_config, logits_processor, streamer) -> None:
     """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
     attention = getattr(model.config, "_attn_implementation", None)
-    if getattr(model.config.get_text_config(decoder=True), "sliding_window", None) and attention not in TREE_ATTENTION:
+    windowed = layer_windows(model.config.get_text_config(decoder=True)) is not None
+    if windowed and attention not in TREE_ATTENTION:
         raise ValueError(
             f"SlimSpec decoding with batch size > 1 passes a sliding-window target 4-D attention masks, which "
             f'`attn_implementation={attention!r}` does not take; load it with `attn_implementation="sdpa"` or pass '
