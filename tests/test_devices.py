@@ -48,21 +48,43 @@ def test_greedy_identity_in_fp32_on_the_device(device, head, device_report):
     assert spec.tolist() == plain.tolist()
 
 
+# In bf16/fp16 a token may flip only where the target's top two logits are this close (the tiny target's logits
+# spread ≈ 0.11; a flip to an unrelated token is ≈ 0.2 or more below the maximum).
+LOW_PRECISION_LOGIT_GAP = 0.03
+
+
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 def test_drafter_and_target_run_in_low_precision_and_report_greedy_agreement(device, dtype_name, device_report):
+    """Greedy agreement with the target alone is reported, not asserted (batched verification rounds differently);
+    what is asserted: every token emitted is the target's greedy choice after its own prefix, up to rounding (its
+    logit within `LOW_PRECISION_LOGIT_GAP` of the maximum, in one forward of the target in that dtype)."""
     dtype = DTYPES[dtype_name]
     target, drafter = _pair(device, dtype, "low_rank")
     assert drafter.dtype == target.dtype == dtype and drafter.device == target.device
-    agreement, identical = [], []
+    agreement, identical, gaps = [], [], []
     for seed in range(3):  # SlimSpec drafting is batch-1: one prompt per call
         ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(seed)).to(device)
         plain = target.generate(ids, max_new_tokens=24, do_sample=False)
         spec = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter)
         assert spec.shape == plain.shape and spec.device == ids.device
-        assert drafter.last_generation_stats.rounds > 0
+        assert torch.equal(spec[:, :6], ids)
+        stats = drafter.last_generation_stats
+        assert stats.rounds > 0 and stats.drafted_tokens > 0, stats
+        with torch.no_grad():
+            logits = target(spec).logits[0, 5:-1].float()  # (24, V): what the target predicts for each new token
+        chosen = logits.gather(-1, spec[0, 6:, None])[:, 0]
+        gaps.append(float((logits.max(-1).values - chosen).max()))
         agreement.append(_prefix_agreement(plain[0, 6:].tolist(), spec[0, 6:].tolist()))
         identical.append(spec.tolist() == plain.tolist())
-    device_report(device=str(device), dtype=dtype_name, identical=identical, agreeing_prefix=agreement, new_tokens=24)
+    device_report(
+        device=str(device),
+        dtype=dtype_name,
+        identical=identical,
+        agreeing_prefix=agreement,
+        new_tokens=24,
+        max_logit_gap=gaps,
+    )
+    assert max(gaps) <= LOW_PRECISION_LOGIT_GAP, gaps
 
 
 def test_sampling_matches_the_target_distribution_on_the_device(device, device_report):

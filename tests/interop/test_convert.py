@@ -491,9 +491,19 @@ def test_foreign_embedding_is_refused(tmp_path, target):
 
 
 def test_bf16_copy_of_target_embedding_is_accepted(tmp_path, target):
-    src, *_ = speculators_checkpoint(tmp_path, target)
-    _edit(src, replace={"embed_tokens.weight": target.get_input_embeddings().weight.detach().bfloat16()})
-    convert_eagle3(src, target, head_type="full")
+    """A stored embedding that is the target's rounded to bf16 (how speculators checkpoints ship) is the target's:
+    accepted and dropped; the drafter borrows the target's own fp32 embedding and reproduces the source drafter."""
+    src, cfg, sd, token_ids = speculators_checkpoint(tmp_path, target)
+    own = target.get_input_embeddings().weight.detach()
+    stored = own.bfloat16()
+    error = float((stored.float() - own).norm() / own.norm())
+    assert 1e-4 < error < 1e-2, error  # rounded, not equal: accepted by the check's tolerance, not by equality
+    _edit(src, replace={"embed_tokens.weight": stored})
+    drafter = convert_eagle3(src, target, head_type="full")
+    assert drafter.get_input_embeddings() is target.get_input_embeddings()
+    assert drafter.get_input_embeddings().weight.dtype == torch.float32
+    assert not any("embed" in key for key in drafter.state_dict())
+    assert_two_steps_match(drafter, sd, cfg, target, [1, 3, 6], token_ids, norm_before_residual=False)
 
 
 def test_pickled_weights_are_refused(tmp_path, target):

@@ -114,6 +114,15 @@ def test_forward_kl_is_zero_on_itself_and_positive_otherwise():
     assert (forward_kl(logits, torch.randn(5, 17)) > 0).all()
 
 
+def test_step_weights_are_the_powers_of_the_decay_from_one():
+    """Step k weighs decay**k: step 0 (the target's own features) counts most, literal values."""
+    assert step_weights(4, 0.5).tolist() == [1.0, 0.5, 0.25, 0.125]
+    torch.testing.assert_close(step_weights(3, 0.8), torch.tensor([1.0, 0.8, 0.64]), rtol=0, atol=1e-7)
+    assert step_weights(1, 0.3).tolist() == [1.0]
+    assert step_weights(3, 1.0).tolist() == [1.0, 1.0, 1.0]
+    assert step_weights(2, 0.8).dtype == torch.float32
+
+
 def test_ttt_targets_brute_force():
     g = torch.Generator().manual_seed(3)
     batch, seq_len, num_steps = 3, 12, 4

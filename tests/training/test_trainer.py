@@ -17,6 +17,7 @@ from slimspec_hf.training.head_init import activation_aware_factors
 from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel, emulated_bf16_warning
 
 from ..conftest import make_tiny_drafter, make_tiny_target
+from .test_lk_losses import naive_objective
 
 
 @pytest.fixture(autouse=True)
@@ -119,6 +120,164 @@ def test_ttt_unroll_matches_inference_drafting():
                 torch.testing.assert_close(state[0, 0], states[k][0, t], msg=f"step {k} position {t}")
 
 
+class GrowingCache:
+    """`SlimSpecDrafterCache`'s interface, growing by concatenation instead of writing into a preallocated buffer, so
+    that autograd runs through the drafter's cached forwards (the gradients of `naive_ttt_loss`)."""
+
+    def __init__(self):
+        self.keys = self.values = None
+
+    def get_seq_length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def update(self, keys, values):
+        if self.keys is not None:
+            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+
+def naive_ttt_loss(
+    drafter, teacher_logits, ids, attention_mask, loss_mask, features, steps, decay, top_k=0, top_w=0.0, lk=None
+):
+    """The trainer's loss written the way decoding drafts: one row, one position, one step at a time.
+
+    Per real position t of a row (padding dropped, positions counted from its first real token): the drafter's cached
+    forward over the prefix (the target's features at 0..t, tokens x_1..x_{t+1}: `DrafterState.commit`), then steps
+    k = 1.. each fed the previous step's own state, the token x_{t+k+1} and RoPE position t + k (`TreeDrafter.forward`
+    on a chain). Step k's logits predict x_{t+k+2}: its teacher is `teacher_logits` (B, T, V) at t + k + 1, counted
+    where x_{t+k+2} is an assistant token. KL(p ‖ q) over the tokens the drafter can draft (all of them, or a trimmed
+    head's K), plus `top_w` · (−Σ_{top_k of p} p log q), or the LK loss `lk` (`loss_type`, `lk_kl_weight`, `lk_eta`;
+    `naive_objective`); per step the mean over its rows, weighted `decay**k`.
+    Returns (loss, per-step KL, per-step top-1 agreement count, per-step row count)."""
+    kl_rows, objective_rows, correct = [[] for _ in range(steps)], [[] for _ in range(steps)], [0] * steps
+    for b in range(ids.shape[0]):
+        real = attention_mask[b].bool()
+        row_ids, row_features, row_teacher, row_label = (
+            ids[b, real],
+            features[b, real],
+            teacher_logits[b, real],
+            loss_mask[b, real],
+        )
+        n = row_ids.shape[0]
+        for t in range(n - 2):
+            cache = GrowingCache()
+            out = drafter(
+                input_ids=row_ids[None, 1 : t + 2],
+                target_features=row_features[None, : t + 1],
+                position_ids=torch.arange(t + 1)[None],
+                cache=cache,
+                use_cache=True,
+            )
+            logits, state = out.logits[0, -1], out.hidden_states[:, -1:]
+            for k in range(steps):
+                s = t + k + 1  # the teacher's position
+                if s + 1 >= n:
+                    break
+                if k:
+                    out = drafter(
+                        input_ids=row_ids[None, s : s + 1],  # x_{t+k+1}
+                        hidden_states=state,
+                        position_ids=torch.tensor([[t + k]]),
+                        cache=cache,
+                        use_cache=True,
+                    )
+                    logits, state = out.logits[0, -1], out.hidden_states
+                if not row_label[s + 1]:
+                    continue
+                kept = torch.isfinite(logits)  # a trimmed head scores only its K tokens
+                p = torch.softmax(row_teacher[s][kept].double(), -1)
+                logq = torch.log_softmax(logits[kept].double(), -1)
+                kl = (p * (p.log() - logq)).sum()
+                top_p, top_ids = p.topk(top_k) if top_k else (p[:0], torch.zeros(0, dtype=torch.long))
+                kl_rows[k].append(kl)
+                kept_ids = kept.nonzero().flatten()  # the target's greedy token among the draftable ones
+                greedy = (kept_ids == row_teacher[s].argmax()).nonzero().flatten().tolist() or [-1]
+                row_objective = kl if lk is None else naive_objective(lk[0], p, logq, *lk[1:], greedy_token=greedy[0])
+                objective_rows[k].append(row_objective - top_w * (top_p * logq[top_ids]).sum())
+                correct[k] += int(logits.argmax() == row_teacher[s].argmax())
+    loss = sum(decay**k * torch.stack(objective_rows[k]).mean() for k in range(steps) if objective_rows[k])
+    step_kl = torch.stack([torch.stack(r).mean() if r else torch.zeros((), dtype=torch.float64) for r in kl_rows])
+    return loss, step_kl, correct, [len(r) for r in kl_rows]
+
+
+def padded_batch(seed=0, vocab=128, width=96):
+    """Three rows of 12 slots: full, left-padded by 3, right-padded after 9; loss masks with holes; random target
+    features and final states (a peaked teacher needs no real target here)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (3, 12), generator=g)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, :3] = 0
+    mask[2, 9:] = 0
+    loss_mask = (torch.rand(3, 12, generator=g) > 0.25).long() * mask
+    features = torch.randn(3, 12, width, generator=g)
+    final = torch.randn(3, 12, width // 3, generator=g)
+    return ids, mask, loss_mask, features, final
+
+
+TTT_VARIANTS = {
+    "low_rank": dict(head_type="low_rank", head_rank=8),
+    "full": dict(head_type="full"),
+    "trimmed": dict(head_type="trimmed", draft_vocab_size=40),
+    "target": dict(head_type="target"),
+    "low_rank+hass": dict(head_type="low_rank", head_rank=8, distill_top_k=4, distill_top_k_weight=0.5),
+    "low_rank+lk_alpha": dict(head_type="low_rank", head_rank=8, loss_type="lk_alpha", lk_kl_weight=0.2),
+    "low_rank+lk_lambda": dict(head_type="low_rank", head_rank=8, loss_type="lk_lambda", lk_eta=2.0),
+    "trimmed+lk_greedy": dict(head_type="trimmed", draft_vocab_size=40, loss_type="lk_greedy"),
+}
+
+
+@pytest.mark.parametrize("variant", list(TTT_VARIANTS))
+def test_ttt_loss_equals_drafting_position_by_position(variant):
+    """The whole training forward (unroll, targets, teacher, weights, loss) against `naive_ttt_loss`, for every head
+    and loss the trainer trains, in fp32: loss, per-step KL and agreement, and every drafter parameter's gradient."""
+    settings = dict(TTT_VARIANTS[variant])
+    top_k, top_w = settings.pop("distill_top_k", 0), settings.pop("distill_top_k_weight", 0.0)
+    lk = {name: settings.pop(name) for name in ("loss_type", "lk_kl_weight", "lk_eta") if name in settings}
+    target = peaked_target().requires_grad_(False)
+    drafter = make_tiny_drafter(target, **settings)
+    if settings["head_type"] == "trimmed":
+        drafter.lm_head.set_token_ids(torch.arange(40) * 3, dense_weight=target.lm_head.weight)
+    with torch.no_grad():  # a drafter that is not near-uniform: its states and logits vary with what it reads
+        for parameter in drafter.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3)
+    args = tiny_args(
+        Path("/tmp"), ttt_steps=3, step_loss_decay=0.7, distill_top_k=top_k, distill_top_k_weight=top_w, **lk
+    )
+    model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), args)
+    ids, mask, loss_mask, features, final = padded_batch()
+    out = model(ids, mask, loss_mask, features, final)
+    out.loss.backward()
+    grads = {name: p.grad.clone() for name, p in drafter.named_parameters() if p.grad is not None}
+    drafter.zero_grad()
+
+    teacher = final @ target.lm_head.weight.T  # (B, T, V)
+    ref, ref_kl, ref_correct, ref_count = naive_ttt_loss(
+        drafter,
+        teacher,
+        ids,
+        mask,
+        loss_mask,
+        features,
+        3,
+        0.7,
+        top_k,
+        top_w,
+        lk=(args.loss_type, args.lk_kl_weight, args.lk_eta) if lk else None,
+    )
+    ref.backward()
+    assert out.step_count.tolist() == ref_count and min(ref_count) > 0
+    assert out.step_correct.tolist() == ref_correct
+    torch.testing.assert_close(out.step_kl.double(), ref_kl.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss.double(), ref.detach(), rtol=1e-5, atol=1e-6)
+    assert ref.item() > 0.5  # a loss far from zero, so a wrong pairing moves it
+    assert grads.keys() == {name for name, p in drafter.named_parameters() if p.grad is not None}
+    for name, grad in grads.items():
+        expected = drafter.get_parameter(name).grad.float()
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_ttt_padding_keys_are_masked():
     """Left padding: real positions' states do not depend on what sits in the padded positions."""
     target = make_tiny_target()
@@ -150,13 +309,23 @@ def test_ttt_left_padding_gives_finite_gradients():
 
 
 def test_rows_shorter_than_the_unroll_train():
-    target = make_tiny_target()
+    """Rows of 5 tokens under a 6-step unroll: the steps that reach past the row carry no loss, the others are the
+    position-by-position reference."""
+    target = peaked_target()
     drafter = make_tiny_drafter(target)
     model = SlimSpecTTTModel(drafter, target.get_output_embeddings(), tiny_args(Path("/tmp"), ttt_steps=6))
-    ids = torch.randint(0, 128, (2, 5))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 128, (2, 5), generator=g)
     mask = torch.ones(2, 5, dtype=torch.long)
-    out = model(ids, mask, mask, torch.randn(2, 5, 96), torch.randn(2, 5, 32))
-    assert torch.isfinite(out.loss)
+    features, final = torch.randn(2, 5, 96, generator=g), torch.randn(2, 5, 32, generator=g)
+    with torch.no_grad():
+        out = model(ids, mask, mask, features, final)
+        ref, ref_kl, _, ref_count = naive_ttt_loss(
+            drafter, final @ target.lm_head.weight.T, ids, mask, mask, features, 6, 0.8
+        )
+    assert out.step_count.tolist() == ref_count == [6, 4, 2, 0, 0, 0]
+    torch.testing.assert_close(out.loss.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.step_kl.double(), ref_kl, rtol=1e-5, atol=1e-6)
 
 
 def test_pretokenised_rows_with_misaligned_loss_mask_are_refused():
@@ -404,14 +573,24 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_training_under_accelerate(tmp_path):
+    """Two processes of 2 rows a step train the weights that one process trains accumulating the gradients of the
+    same two 2-row batches (DDP averages the processes' gradients; accumulation averages the micro-batches'); the
+    saved weights load into a drafter.
+
+    Launched with `torch.distributed.run` (the trainer's accelerate state picks it up): `accelerate launch --cpu
+    --num_processes 2` on one machine starts a single process (its simple launcher; multi-CPU needs MPI), which is
+    what this test used to run unnoticed."""
+    from safetensors.torch import load_file
+
+    from slimspec_hf import SlimSpecDrafterForCausalLM
+
     target_dir, data = _cli_setup(tmp_path)
     cmd = [
         sys.executable,
         "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
+        "torch.distributed.run",
+        "--nproc_per_node",
         "2",
-        "--cpu",
         "-m",
         "slimspec_hf.commands.train",
         *_cli_args(target_dir, data, tmp_path / "ddp", tmp_path / "c", max_steps=4),
@@ -420,9 +599,43 @@ def test_two_process_training_under_accelerate(tmp_path):
         cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert (tmp_path / "ddp" / "model.safetensors").is_file()
-    state = json.loads((tmp_path / "ddp" / "checkpoint-3" / "trainer_state.json").read_text())
-    assert any("acc_0" in h for h in state["log_history"])
+    state = json.loads((tmp_path / "ddp" / "checkpoint-4" / "trainer_state.json").read_text())
+    logs = [h for h in state["log_history"] if "acc_0" in h]
+    assert len(logs) == 4
+    # the logs count both processes' rows: 4 rows of 14–29 tokens a step
+    assert all(h["num_tokens"] >= 4 * 14 for h in logs), [h["num_tokens"] for h in logs]
+    saved = load_file(tmp_path / "ddp" / "model.safetensors")
+
+    # The same run in this process (the CLI's settings, hence its initial drafter and its batches).
+    import datasets
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    args = tiny_args(
+        tmp_path / "single",
+        max_steps=4,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        lr_scheduler_type=SlimSpecConfig.lr_scheduler_type,
+        max_grad_norm=SlimSpecConfig.max_grad_norm,
+        kl_chunk_size=8,
+        seed=3,
+        data_seed=4,
+        logging_steps=1,
+    )
+    trainer = SlimSpecTrainer(args=args, target=target, train_dataset=datasets.Dataset.from_json(str(data)))
+    start = {k: v.clone() for k, v in trainer.drafter.state_dict().items()}
+    trainer.train()
+    single = trainer.drafter.state_dict()
+    assert [h["num_tokens"] for h in trainer.state.log_history if "acc_0" in h] == [h["num_tokens"] for h in logs]
+    assert saved.keys() == {k for k in single if "embed" not in k}
+    for key, value in saved.items():
+        assert not torch.equal(value, start[key]), key  # trained (updates ≈ 7e-3; bit-equal here, measured)
+        torch.testing.assert_close(value, single[key], rtol=1e-5, atol=1e-6, msg=key)
+    drafter = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path / "ddp")
+    for key, value in drafter.state_dict().items():
+        torch.testing.assert_close(value, saved[key], rtol=0, atol=0, msg=key)
 
 
 def test_max_samples_draws_a_seeded_random_subset(tmp_path):

@@ -1,7 +1,6 @@
 """SlimSpecTrainer on every target family of `tests/families.py`: one training step trains the drafter and only the
-drafter, and what it distills from (fused features, teacher logits) is the target's own forward."""
-
-import math
+drafter, its loss is the position-by-position drafting reference on the target's own forward and goes down, and what
+it distills from (fused features, teacher logits) is the target's own forward."""
 
 import pytest
 import torch
@@ -10,7 +9,7 @@ from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 from slimspec_hf.training.trainer import SlimSpecTrainer
 
 from ..families import FAMILIES, WINDOW, make_family_target
-from .test_trainer import tiny_args, tiny_rows
+from .test_trainer import naive_ttt_loss, tiny_args, tiny_rows
 
 
 LAYER_IDS = [1, 3, 5]
@@ -29,10 +28,32 @@ def family_trainer(tmp_path, family, **overrides):
     config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=LAYER_IDS, head_rank=8)
     torch.manual_seed(1)
     drafter = SlimSpecDrafterForCausalLM(config)
-    args = tiny_args(tmp_path, max_steps=1, logging_steps=1, ttt_steps=2, **overrides)
+    args = tiny_args(tmp_path, max_steps=1, logging_steps=1, ttt_steps=2, per_device_train_batch_size=8, **overrides)
     rows = tiny_rows(8)  # 14–29 tokens a row: longer than the sliding window
     assert min(len(ids) for ids in rows["input_ids"]) > WINDOW
     return SlimSpecTrainer(drafter, args=args, target=target, train_dataset=rows), target, drafter
+
+
+def batch_loss(trainer, batch):
+    """The trainer's loss of a collated batch (online features), without training or logging."""
+    features, final = trainer._run_target(batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        return trainer.model(batch["input_ids"], batch["attention_mask"], batch["loss_mask"], features, final)
+
+
+def family_reference(target, drafter, batch):
+    """`naive_ttt_loss` on the target's own forward of each row alone (no padding): its hidden states at the
+    drafter's layers and its logits (the family's head, soft-capping included), ttt_steps 2, decay 0.8."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    features = torch.zeros(*ids.shape, 3 * target.config.hidden_size)
+    logits = torch.zeros(*ids.shape, target.config.vocab_size)
+    with torch.no_grad():
+        for b in range(ids.shape[0]):
+            n = int(mask[b].sum())  # right padding: the row's tokens come first
+            out = target(ids[b : b + 1, :n], output_hidden_states=True)
+            features[b, :n] = torch.cat([out.hidden_states[i][0] for i in LAYER_IDS], -1)
+            logits[b, :n] = out.logits[0]
+        return naive_ttt_loss(drafter, logits, ids, mask, batch["loss_mask"], features, 2, 0.8)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -41,12 +62,22 @@ def test_one_step_trains_the_drafter_and_leaves_the_target_untouched(tmp_path, f
     assert trainer.drafter is drafter and drafter.get_input_embeddings() is target.get_input_embeddings()
     target_before = {k: v.clone() for k, v in target.state_dict().items()}
     drafter_before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(8)])  # the one step's batch: all rows
+    before = batch_loss(trainer, batch)
+    reference, reference_kl, reference_correct, reference_count = family_reference(target, drafter, batch)
+    torch.testing.assert_close(before.loss.double(), reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(before.step_kl.double(), reference_kl, rtol=1e-5, atol=1e-5)
+    assert before.step_count.tolist() == reference_count and before.step_correct.tolist() == reference_correct
     trainer.train()
 
     logs = [h for h in trainer.state.log_history if "acc_0" in h]
     assert len(logs) == 1 and trainer.state.global_step == 1
-    for key in ("loss", "kl_0", "kl_1"):
-        assert math.isfinite(logs[0][key]) and logs[0][key] > 0, (key, logs[0])
+    assert logs[0]["loss"] == pytest.approx(float(before.loss), rel=1e-3), logs[0]
+    for k in range(2):
+        assert logs[0][f"kl_{k}"] == pytest.approx(float(before.step_kl[k]), rel=1e-3, abs=1e-4), logs[0]
+        assert logs[0][f"acc_{k}"] == pytest.approx(float(before.step_correct[k] / before.step_count[k]), abs=1e-4)
+    after = batch_loss(trainer, batch)
+    assert float(after.loss) < float(before.loss) - 1e-3, (float(before.loss), float(after.loss))  # same batch again
     changed = {k for k, v in drafter.state_dict().items() if not torch.equal(v, drafter_before[k])}
     for name in (
         "fc.weight",

@@ -1,0 +1,210 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Breaks of training: the TTT unroll's wiring (which teacher, token and states each step reads), the step weights,
+the loss and its mask; and of conversion, the embedding a converted drafter reads. Most are caught by
+`test_ttt_loss_equals_drafting_position_by_position`, which recomputes the training loss the way decoding drafts, one
+position and one step at a time."""
+
+from tests.mutations.mutant import Edit, Mutant
+
+
+TRAINER = "training/trainer.py"
+LOSSES = "training/losses.py"
+UNROLL = "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[low_rank]"
+UNROLL_TRIMMED = "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[trimmed]"
+UNROLL_HASS = "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[low_rank+hass]"
+FAMILY_STEP = (
+    "tests/training/test_trainer_families.py::test_one_step_trains_the_drafter_and_leaves_the_target_untouched"
+)
+
+MUTANTS = [
+    Mutant(
+        name="training: the teacher's logits are one position late",
+        edits=(
+            Edit(
+                TRAINER,
+                "teacher = final_hidden[batch_idx, teacher_pos]  # (N, d_t)",
+                "teacher = final_hidden[batch_idx, (teacher_pos + 1).clamp(max=final_hidden.shape[1] - 1)]",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: every TTT step reads the next token instead of the one k+1 ahead",
+        edits=(
+            Edit(
+                TRAINER,
+                "shifted[:, :kept] = embeds[:, k + 1 : k + 1 + kept]",
+                "shifted[:, :kept] = embeds[:, 1 : 1 + kept]",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: every TTT step reads step 0's states instead of the previous step's",
+        edits=(Edit(TRAINER, 'else {"hidden_states": states[-1]}', 'else {"hidden_states": states[0]}'),),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: later TTT steps read the target's features again instead of the drafter's own states",
+        edits=(
+            Edit(
+                TRAINER,
+                'fed = {"target_features": features} if k == 0 else {"hidden_states": states[-1]}',
+                'fed = {"target_features": features}',
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: the TTT steps' RoPE positions do not advance with the step",
+        edits=(
+            Edit(
+                "modeling_slimspec.py",
+                "cos, sin = self.rotary_emb(hidden_states, position_ids + step)",
+                "cos, sin = self.rotary_emb(hidden_states, position_ids)",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: real positions attend to left-padding keys in the unroll",
+        edits=(
+            Edit(
+                TRAINER,
+                "drafter.ttt_step(shifted, positions, k, context, attention_mask, **fed)",
+                "drafter.ttt_step(shifted, positions, k, context, None, **fed)",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: the step weights are uniform instead of decaying",
+        edits=(
+            Edit(
+                LOSSES, "return decay ** torch.arange(num_steps, dtype=torch.float32)", "return torch.ones(num_steps)"
+            ),
+        ),
+        tests=("tests/training/test_losses.py::test_step_weights_are_the_powers_of_the_decay_from_one",),
+    ),
+    Mutant(
+        name="training: the step weights decay in reverse (the last step weighs most)",
+        edits=(
+            Edit(
+                LOSSES,
+                "return decay ** torch.arange(num_steps, dtype=torch.float32)",
+                "return decay ** torch.arange(num_steps - 1, -1, -1, dtype=torch.float32)",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: the KL is reverse, KL(drafter ‖ target), instead of forward",
+        edits=(
+            Edit(
+                LOSSES,
+                "kl = teacher.neg_entropy - torch.linalg.vecdot(teacher.probs, z) + lse",
+                "kl = torch.linalg.vecdot(q, z - lse[:, None] - teacher.probs.clamp_min(1e-30).log())",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: the loss mask is read one position early (the teacher's own token, not the next)",
+        edits=(
+            Edit(
+                LOSSES,
+                "label[:, :-1] = loss_mask[:, 1:].bool() & attention_mask[:, 1:].bool()",
+                "label[:, :-1] = loss_mask[:, :-1].bool() & attention_mask[:, 1:].bool()",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: each step's KL is averaged over all rows, valid or not",
+        edits=(
+            Edit(
+                TRAINER,
+                "batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention_mask, loss_mask, self.ttt_steps)",
+                "batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention_mask, loss_mask, self.ttt_steps)\n"
+                "        valid = torch.ones_like(valid)",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: the drafter's final norm gets no gradient",
+        edits=(
+            Edit(
+                TRAINER,
+                "params = [*drafter.norm.parameters(), *([]",
+                "params = [*([]",
+            ),
+        ),
+        tests=(UNROLL,),
+    ),
+    Mutant(
+        name="training: a trimmed head's teacher is not renormalised over the kept tokens",
+        edits=(
+            Edit(
+                LOSSES,
+                "logits = _as_float(teacher_head(teacher_hidden))  # (n, V), fp32: the KL is sensitive to the tail",
+                "logits = _as_float(teacher_head(teacher_hidden))\n    full_logz = logits.logsumexp(-1, keepdim=True)",
+            ),
+            Edit(LOSSES, "logp = torch.log_softmax(logits, dim=-1)", "logp = logits - full_logz"),
+        ),
+        tests=(UNROLL_TRIMMED,),
+    ),
+    Mutant(
+        name="training: the HASS top-k term is left out of the loss",
+        edits=(Edit(TRAINER, "top_k=self.distill_top_k,", "top_k=0,"),),
+        tests=(UNROLL_HASS,),
+    ),
+    Mutant(
+        name="training: the teacher ignores the target's logit soft-capping",
+        edits=(Edit(TRAINER, "return logits if not cap else cap * torch.tanh(logits / cap)", "return logits"),),
+        tests=(f"{FAMILY_STEP}[gemma3]",),
+    ),
+    Mutant(
+        name="training: the acceptance rate's gradient leaves out the mass the drafter over-proposes (LK losses)",
+        edits=(
+            Edit(
+                LOSSES,
+                "d_alpha = q * (below.to(q.dtype) - (q * below).sum(-1, keepdim=True))",
+                "d_alpha = q * below.to(q.dtype)",
+            ),
+        ),
+        tests=("tests/training/test_lk_losses.py::test_lk_losses_match_the_naive_reference",),
+    ),
+    Mutant(
+        name="training: lk_lambda's weight λ rises with the acceptance rate instead of falling",
+        edits=(
+            Edit(
+                LOSSES,
+                "lam = torch.exp(-objective.eta * alpha)[:, None]",
+                "lam = torch.exp(objective.eta * (alpha - 1))[:, None]",
+            ),
+        ),
+        tests=("tests/training/test_lk_losses.py::test_lk_losses_match_the_naive_reference",),
+    ),
+    Mutant(
+        name="training: the configured loss_type is ignored (the trainer always trains the KL)",
+        edits=(Edit(TRAINER, "            objective=self.objective,\n", ""),),
+        tests=(
+            "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[low_rank+lk_alpha]",
+        ),
+    ),
+    Mutant(
+        name="conversion: the drafter embeds with the checkpoint's stored (bf16) embedding instead of the target's",
+        edits=(
+            Edit(
+                "interop/convert.py",
+                "    return drafter.attach_target(target)\n",
+                "    drafter.attach_target(target)\n"
+                "    if ckpt.embed_tokens is not None:\n"
+                "        drafter.set_input_embeddings(torch.nn.Embedding.from_pretrained(ckpt.embed_tokens.float()))\n"
+                "    return drafter\n",
+            ),
+        ),
+        tests=("tests/interop/test_convert.py::test_bf16_copy_of_target_embedding_is_accepted",),
+    ),
+]
