@@ -87,7 +87,7 @@ def test_lk_losses_match_the_naive_reference(loss_type, kwargs, chunk_size):
     torch.testing.assert_close(h1.grad, h2.grad, rtol=1e-6, atol=1e-9)
     torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-6, atol=1e-9)
     assert float(out.step_kl[0]) == pytest.approx(float(kl_only), rel=1e-6)  # step_kl reports the KL whatever
-    assert abs(float(ref) - float(naive_loss("kl", hidden, teacher_hidden, valid, head_w, teacher_w, weights))) > 1e-3
+    assert abs(ref.item() - float(naive_loss("kl", hidden, teacher_hidden, valid, head_w, teacher_w, weights))) > 1e-3
     with torch.no_grad():  # the evaluation path computes the same loss
         plain = ttt_kl_loss(
             hidden,

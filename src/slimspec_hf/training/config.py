@@ -8,6 +8,7 @@ from typing import Literal
 from transformers import TrainingArguments
 
 from ..configuration_slimspec import HEAD_TYPES
+from .losses import LOSS_TYPES, Objective
 
 
 # The one list of head initialisations (`slimspec convert` offers those that need no training data).
@@ -193,6 +194,20 @@ class SlimSpecConfig(TrainingArguments):
     distill_top_k_weight: float = field(
         default=1.0, metadata=_card(help="Weight of the top-k term (`distill_top_k` > 0).")
     )
+    loss_type: Literal[LOSS_TYPES] = field(
+        default="kl",
+        metadata=_card(
+            help="What each position and step minimises: `kl`, the forward KL over the full vocabulary; or an LK "
+            "loss, trained on the acceptance rate α = Σ min(p, q) itself: `lk_alpha` (−log α), `lk_lambda` "
+            "(λ·KL + (1 − λ)·(1 − α), λ = exp(−`lk_eta`·α)), `lk_greedy` (−log q of the target's top-1).",
+            choices=list(LOSS_TYPES),
+        ),
+    )
+    lk_kl_weight: float = field(
+        default=0.0,
+        metadata=_card(help="With an LK `loss_type`: the weight w of the KL in (1 − w)·LK + w·KL, in [0, 1]."),
+    )
+    lk_eta: float = field(default=3.0, metadata=_card(help="`lk_lambda`: the rate η of λ = exp(−η·α), > 0."))
     kl_chunk_size: int = field(
         default=256,
         metadata={"help": "Positions whose full-vocabulary logits are held at once when computing the KL."},
@@ -250,6 +265,7 @@ class SlimSpecConfig(TrainingArguments):
                 f"`distill_top_k` ({self.distill_top_k}) and `distill_top_k_weight` ({self.distill_top_k_weight}) "
                 "must be ≥ 0."
             )
+        Objective(self.loss_type, self.lk_kl_weight, self.lk_eta)  # one line naming the field and the choices
         if self.head_init not in HEAD_INITS:
             raise ValueError(f"`head_init` must be one of {list(HEAD_INITS)}, got {self.head_init!r}.")
         if self.target_dtype not in TARGET_DTYPES:

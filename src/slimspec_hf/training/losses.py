@@ -9,6 +9,12 @@ each step and weighted by `decay**k`. Full-vocabulary logits are the classic mem
 [`ttt_kl_loss`] walks the positions in chunks: each chunk's teacher logits are computed once and shared by all
 steps, and the gradient of each chunk is computed right away (a fused "head + KL" step), so that nothing of size
 V is kept for the backward pass. Shapes: S steps, N rows (positions), d width, V vocabulary, K kept tokens.
+
+`Objective` chooses what each (step, row) minimises: the KL, or one of the LK losses (Samarin et al., "LK losses",
+arXiv 2602.23881), which train on the acceptance rate itself. Speculative sampling accepts a draft from q with
+probability α = Σ_v min(p_v, q_v); `lk_alpha` minimises −log α, `lk_lambda` the adaptive mix
+λ·KL + (1 − λ)·(1 − α) with λ = exp(−η·α) per row (KL while the drafter is far, total variation once it is close), and
+`lk_greedy` −log q(argmax p), the probability that the drafter proposes the target's greedy token.
 """
 
 from collections.abc import Callable, Sequence
@@ -23,6 +29,32 @@ def forward_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor) -> to
     teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1)
     student_logp = F.log_softmax(student_logits.float(), dim=-1)
     return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1)
+
+
+LOSS_TYPES = ("kl", "lk_alpha", "lk_lambda", "lk_greedy")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What every (step, row) minimises: `loss_type` (one of `LOSS_TYPES`); for the LK losses, `kl_weight` w mixes in
+    the KL as (1 − w)·LK + w·KL, and `eta` is λ's rate in `lk_lambda`. Checked here and by `SlimSpecConfig`."""
+
+    loss_type: str = "kl"
+    kl_weight: float = 0.0
+    eta: float = 3.0
+
+    def __post_init__(self):
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"`loss_type` must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}.")
+        if not 0.0 <= self.kl_weight <= 1.0:
+            raise ValueError(f"`lk_kl_weight` ({self.kl_weight}) must lie in [0, 1] (0: the LK loss alone).")
+        if not self.eta > 0:
+            raise ValueError(f"`lk_eta` ({self.eta}) must be > 0.")
+
+
+KL_OBJECTIVE = Objective()
+# −log α of a row whose draft distribution misses the target's entirely is capped at −log(this)
+_ALPHA_FLOOR = 1e-6
 
 
 def step_weights(num_steps: int, decay: float) -> torch.Tensor:
@@ -117,14 +149,48 @@ def _teacher_chunk(teacher_head, teacher_hidden, compact_ids, top_k: int = 0) ->
     return chunk
 
 
-def _student_step(logits: torch.Tensor, teacher: _TeacherChunk, top_k_weight: float = 0.0):
-    """Per row: KL(p ‖ q), the objective (KL + the top-k term), whether the student's top-1 is the teacher's, and
-    d objective / d logits, from the student's logits alone (no autograd graph over the (n, V) logits).
+def _acceptance_step(objective: Objective, z, q, lse, kl, teacher: _TeacherChunk):
+    """Per row: an LK objective and its gradient w.r.t. the logits z (n, V|K), with q = softmax(z).
+
+    α = Σ_v min(p_v, q_v) and, with S = Σ_{v: q_v < p_v} q_v, dα/dz_j = q_j·(1[q_j < p_j] − S). −log α has gradient
+    −(dα/dz)/α; λ·KL + (1 − λ)·(1 − α), λ = exp(−η·α) held constant, has λ·(q − p) − (1 − λ)·dα/dz. With p one-hot
+    at the target's top-1 y (`lk_greedy`), −log α = logsumexp(z) − z_y, gradient q − e_y; a trimmed head that does
+    not keep y has no such row (objective and gradient 0)."""
+    p = teacher.probs
+    if objective.loss_type == "lk_greedy":
+        scored = teacher.top1_local >= 0
+        y = teacher.top1_local.clamp(min=0)[:, None]  # (n, 1)
+        value = torch.where(scored, lse - z.gather(-1, y).squeeze(-1), 0.0)
+        grad = q.clone().scatter_add_(-1, y, -torch.ones_like(z[:, :1]))
+        grad.mul_(scored[:, None])
+    else:
+        below = q < p  # (n, V|K)
+        alpha = torch.minimum(p, q).sum(-1)  # (n,)
+        d_alpha = q * (below.to(q.dtype) - (q * below).sum(-1, keepdim=True))
+        if objective.loss_type == "lk_alpha":
+            alpha = alpha.clamp(min=_ALPHA_FLOOR)
+            value, grad = -alpha.log(), d_alpha.div_(-alpha[:, None])
+        else:  # lk_lambda
+            lam = torch.exp(-objective.eta * alpha)[:, None]  # (n, 1), no gradient through λ
+            value = lam[:, 0] * kl + (1 - lam[:, 0]) * (1 - alpha)
+            grad = (q - p).mul_(lam).sub_(d_alpha.mul_(1 - lam))
+    w = objective.kl_weight
+    if w:
+        value = (1 - w) * value + w * kl
+        grad = grad.mul_(1 - w).add_(q - p, alpha=w)
+    return value, grad
+
+
+def _student_step(
+    logits: torch.Tensor, teacher: _TeacherChunk, top_k_weight: float = 0.0, objective: Objective = KL_OBJECTIVE
+):
+    """Per row: KL(p ‖ q), the objective (KL or an LK loss, + the top-k term), whether the student's top-1 is the
+    teacher's, and d objective / d logits, from the student's logits alone (no autograd graph over the (n, V) logits).
 
     With q = softmax(z) and m = max z: KL = Σ p·log p − Σ p·z + logsumexp(z), and logsumexp(z) = m − log max q
-    exactly; dKL/dz = q − p. HASS's top-k distillation adds w · (−Σ_{j ∈ top-k(p)} p_j log q_j), whose gradient is
-    w · (P_k·q − p restricted to the top k), P_k their total probability. Top-1 agreement: the student's logit at
-    the teacher's top-1 is its maximum."""
+    exactly; dKL/dz = q − p (the LK losses: `_acceptance_step`). HASS's top-k distillation adds
+    w · (−Σ_{j ∈ top-k(p)} p_j log q_j), whose gradient is w · (P_k·q − p restricted to the top k), P_k their total
+    probability. Top-1 agreement: the student's logit at the teacher's top-1 is its maximum."""
     z = _as_float(logits.detach())
     q = torch.softmax(z, dim=-1)  # (n, V|K)
     top = z.amax(-1)
@@ -132,13 +198,20 @@ def _student_step(logits: torch.Tensor, teacher: _TeacherChunk, top_k_weight: fl
     kl = teacher.neg_entropy - torch.linalg.vecdot(teacher.probs, z) + lse
     at_teacher = z.gather(-1, teacher.top1_local.clamp(min=0)[:, None]).squeeze(-1)
     hit = (teacher.top1_local >= 0) & (at_teacher >= top)
-    if not top_k_weight or teacher.top_ids is None:
+    with_top_k = bool(top_k_weight) and teacher.top_ids is not None
+    if objective.loss_type != "kl":
+        value, grad = _acceptance_step(objective, z, q, lse, kl, teacher)
+        if with_top_k:  # `grad` is a fresh tensor and q is intact: the top-k term's P_k·q part
+            grad.add_(q * (top_k_weight * teacher.top_mass[:, None]))
+    elif with_top_k:
+        value, grad = kl, q.mul_(1 + top_k_weight * teacher.top_mass[:, None]).sub_(teacher.probs)
+    else:
         return kl, kl, hit, q.sub_(teacher.probs)
-    top_logq = z.gather(-1, teacher.top_ids) - lse[:, None]  # (n, k)
-    objective = kl - top_k_weight * (teacher.top_probs * top_logq).sum(-1)
-    grad = q.mul_(1 + top_k_weight * teacher.top_mass[:, None]).sub_(teacher.probs)
-    grad.scatter_add_(-1, teacher.top_ids, teacher.top_probs * -top_k_weight)
-    return kl, objective, hit, grad
+    if with_top_k:
+        top_logq = z.gather(-1, teacher.top_ids) - lse[:, None]  # (n, k)
+        value = value - top_k_weight * (teacher.top_probs * top_logq).sum(-1)
+        grad.scatter_add_(-1, teacher.top_ids, teacher.top_probs * -top_k_weight)
+    return kl, value, hit, grad
 
 
 class _FusedHeadKL(torch.autograd.Function):
@@ -162,6 +235,7 @@ class _FusedHeadKL(torch.autograd.Function):
         chunk_size,
         top_k,
         top_k_weight,
+        objective,
         *params,
     ):
         num_steps, num_rows = valid.shape
@@ -184,7 +258,7 @@ class _FusedHeadKL(torch.autograd.Function):
                 with torch.enable_grad():
                     hidden = student_hidden[k, rows].detach().requires_grad_(True)  # (n, d)
                     logits = student_head(hidden)  # (n, V|K)
-                kl, objective, hit, grad = _student_step(logits, teacher, top_k_weight)
+                kl, value, hit, grad = _student_step(logits, teacher, top_k_weight, objective)
                 if not keep.all():
                     grad[~keep] = 0
                 grads = torch.autograd.grad(logits, [hidden, *params], grad.to(logits.dtype), allow_unused=True)
@@ -193,7 +267,7 @@ class _FusedHeadKL(torch.autograd.Function):
                     if g is not None:
                         acc.add_(g, alpha=float(scale[k]))
                 kl_sum[k] += kl.detach().float().masked_fill(~keep, 0).sum()
-                objective_sum[k] += objective.detach().float().masked_fill(~keep, 0).sum()
+                objective_sum[k] += value.detach().float().masked_fill(~keep, 0).sum()
                 correct[k] += (hit & keep).sum()
         ctx.save_for_backward(grad_hidden, *grad_params)
         step_kl = kl_sum / counts.clamp(min=1)
@@ -206,7 +280,8 @@ class _FusedHeadKL(torch.autograd.Function):
         grad_hidden, *grad_params = ctx.saved_tensors
         return (
             grad_hidden * grad_loss.to(grad_hidden.dtype),
-            *[None] * 9,  # teacher_hidden, valid, weights, student_head, teacher_head, compact_ids, chunk_size, top_k…
+            *[None]
+            * 10,  # teacher_hidden, valid, weights, student_head, teacher_head, compact_ids, chunk_size, top_k…
             *[g * grad_loss.to(g.dtype) for g in grad_params],
         )
 
@@ -223,8 +298,10 @@ def ttt_kl_loss(
     compact_ids: torch.Tensor | None = None,
     top_k: int = 0,
     top_k_weight: float = 1.0,
+    objective: Objective = KL_OBJECTIVE,
 ) -> TTTLossOutput:
-    """Σ_k weights[k] · mean over valid rows of KL(p_teacher ‖ q_student), computed chunk by chunk.
+    """Σ_k weights[k] · mean over valid rows of KL(p_teacher ‖ q_student) (or of the LK loss `objective` names),
+    computed chunk by chunk.
 
     Args:
         student_hidden: (S, N, d) the drafter's states of step k for the teacher row n (differentiable).
@@ -239,6 +316,7 @@ def ttt_kl_loss(
             agreement compares the student's kept token with the teacher's full-vocabulary top-1.
         top_k, top_k_weight: with `top_k` > 0, HASS's top-k distillation term `top_k_weight · (−Σ_{j ∈ top-k(p)}
             p_j log q_j)` is added to each row's KL in the loss (`step_kl` still reports the KL alone).
+        objective: the KL (default) or an LK loss (`Objective`); `step_kl` reports the KL whatever is minimised.
     """
     if student_hidden.dim() != 3 or valid.shape != student_hidden.shape[:2]:
         raise ValueError(
@@ -264,6 +342,7 @@ def ttt_kl_loss(
             chunk_size,
             top_k,
             top_k_weight if top_k else 0.0,
+            objective,
             *params,
         )
         return TTTLossOutput(loss, step_kl, correct, counts)
@@ -283,13 +362,23 @@ def ttt_kl_loss(
                 keep = valid[k, rows]
                 if not keep.any():
                     continue
-                kl, objective, hit, _ = _student_step(student_head(student_hidden[k, rows]), teacher, top_k_weight)
+                logits = student_head(student_hidden[k, rows])
+                kl, value, hit, _ = _student_step(logits, teacher, top_k_weight, objective)
                 kl_sum[k] += kl.float().masked_fill(~keep, 0).sum()
-                objective_sum[k] += objective.float().masked_fill(~keep, 0).sum()
+                objective_sum[k] += value.float().masked_fill(~keep, 0).sum()
                 correct[k] += (hit & keep).sum()
         step_kl = kl_sum / counts.clamp(min=1)
         loss = (objective_sum / counts.clamp(min=1) * weights.to(step_kl.device)).sum()
         return TTTLossOutput(loss, step_kl, correct, counts)
 
 
-__all__ = ["effective_chunk_size", "forward_kl", "step_weights", "ttt_targets", "ttt_kl_loss", "TTTLossOutput"]
+__all__ = [
+    "LOSS_TYPES",
+    "Objective",
+    "effective_chunk_size",
+    "forward_kl",
+    "step_weights",
+    "ttt_targets",
+    "ttt_kl_loss",
+    "TTTLossOutput",
+]

@@ -32,7 +32,7 @@ from .config import SlimSpecConfig
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
 from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head, initialise_layer_from_target
-from .losses import effective_chunk_size, step_weights, ttt_kl_loss, ttt_targets
+from .losses import Objective, effective_chunk_size, step_weights, ttt_kl_loss, ttt_targets
 from .model_card import write_model_card
 
 
@@ -88,6 +88,7 @@ class SlimSpecTTTModel(nn.Module):
         self.ttt_steps = args.ttt_steps
         self.kl_chunk_size = args.kl_chunk_size
         self.distill_top_k, self.distill_top_k_weight = args.distill_top_k, args.distill_top_k_weight
+        self.objective = Objective(args.loss_type, args.lk_kl_weight, args.lk_eta)
         self.register_buffer("step_weights", step_weights(args.ttt_steps, args.step_loss_decay), persistent=False)
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
@@ -149,6 +150,7 @@ class SlimSpecTTTModel(nn.Module):
             compact_ids=compact_ids,
             top_k=self.distill_top_k,
             top_k_weight=self.distill_top_k_weight,
+            objective=self.objective,
         )
 
 
