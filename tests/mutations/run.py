@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="slimspec-control-") as tmp:
             code, output = pytest(tests, copy_package(Path(tmp)), first_failure=False)
-        print(f"control (unmodified package, {len(tests)} test targets): exit {code}, {time.perf_counter() - start:.0f} s")
+        print(
+            f"control (unmodified package, {len(tests)} test targets): exit {code}, {time.perf_counter() - start:.0f} s"
+        )
         if code != 0:
             print(output[-4000:])
             print("the control must pass: a mutant's tests fail without any mutation.")
