@@ -579,7 +579,7 @@ def test_two_process_training_under_accelerate(tmp_path):
 
     Launched with `torch.distributed.run` (the trainer's accelerate state picks it up): `accelerate launch --cpu
     --num_processes 2` on one machine starts a single process (its simple launcher; multi-CPU needs MPI), which is
-    what this test used to run unnoticed."""
+    not what this test needs."""
     from safetensors.torch import load_file
 
     from slimspec_hf import SlimSpecDrafterForCausalLM
