@@ -245,6 +245,10 @@ class SpeculativeDecoder:
             leaf = tree.likeliest_leaf()
             if leaf != ROOT and tree.tokens[leaf] in self.eos_ids:
                 return tree
+            if self.do_sample and tree.proposals.get(leaf):
+                # its own draws (all pruned) made it the leaf: a lookup draft placed before them would not be
+                # independent of them, and the multi-draft rule would no longer be exact
+                return tree
             extension = lookup.find(seq.with_path(tree.path_tokens(leaf))[0], budget - 1 - tree.depth(leaf))
             if not lookup.extends(extension):
                 return tree
