@@ -8,10 +8,22 @@ import pytest
 import torch
 
 from slimspec_hf import decoding_slimspec, verification_slimspec
+from slimspec_hf.generation_slimspec import SlimSpecGenerationStats
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 from .families import FAMILIES, WINDOW, make_family_target
-from .test_generation import CHI2_999, _chi_square, _exact_marginals, make_counting_drafter, make_counting_target
+from .test_generation import (
+    CHI2_999,
+    LIVE_EOS,
+    DraftWatch,
+    _chi_square,
+    _exact_marginals,
+    assert_deep_drafts_accepted_and_rejected,
+    make_counting_drafter,
+    make_counting_target,
+    make_live_target,
+    make_oracle_drafter,
+)
 
 
 MODES = {
@@ -38,37 +50,52 @@ def random_prompts(vocab_size: int, lengths, seed: int = 0) -> list[list[int]]:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batched_greedy_equals_plain_batched_greedy_for_every_family(family):
+    """With a drafter right at most positions, every row accepts and rejects deep drafts: the shared cache is rolled
+    back per row, under each family's attention (sliding windows counted in each row's positions)."""
     target = make_family_target(family, vocab_size=16)
-    drafter = make_tiny_drafter(target)
+    drafter = make_oracle_drafter(target)
     # rows of very different lengths, two longer than the sliding window
     ids, mask = left_padded(random_prompts(16, (2 * WINDOW + 3, 3, 2 * WINDOW - 2, 9)))
     settings = dict(max_new_tokens=24, do_sample=False, pad_token_id=0)
     plain = target.generate(ids, attention_mask=mask, **settings)
+    drafter.teach(*[row[int((m == 0).sum()) :].tolist() for row, m in zip(plain, mask)])  # no left padding
+    rounds = []
     for mode, draft in MODES.items():
         fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings, **draft)
         assert fast.tolist() == plain.tolist(), mode
         stats = drafter.last_generation_stats
         assert len(stats.per_row) == 4 and stats.rounds == sum(row.rounds for row in stats.per_row)
         assert stats.accepted_tokens == sum(row.accepted_tokens for row in stats.per_row)
+        rounds.append(stats)
+    assert_deep_drafts_accepted_and_rejected(SlimSpecGenerationStats.combined(rounds), depth=2)
 
 
-@pytest.mark.parametrize("k", [1, 3, 6])
-def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(k):
-    """Rows stop at different rounds (EOS mid-round or the length limit) and are padded as transformers pads."""
-    target = make_counting_target(eos_token_id=100)
-    drafter = make_counting_drafter(target)
-    generator = torch.Generator().manual_seed(k)
-    saw_eos_row = False
-    for i in range(8):
-        prompts = [[int(t)] for t in torch.randint(60, 110, (3,), generator=generator)]
-        prompts[1] = [5, 6, 7, 90 + i]  # rows of different lengths
+@pytest.mark.parametrize("mode", ["chain-1", "chain-3", "tree"])
+def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(mode, monkeypatch):
+    """Rows of a live target stop at different rounds (EOS accepted inside a round, or the length limit) and are
+    padded as transformers pads; a drafter right at most positions makes each row accept and reject deep drafts
+    (per-row rollback of the shared cache), and every row's drafter state after a commit equals a fresh one's."""
+    target = make_live_target(eos_token_id=LIVE_EOS)
+    drafter = make_oracle_drafter(target)
+    watch = DraftWatch(monkeypatch)
+    draft = {"chain-1": dict(num_assistant_tokens=1), "chain-3": dict(num_assistant_tokens=3)}.get(
+        mode, dict(draft_tree_size=8, draft_tree_depth=3, draft_tree_top_k=3)
+    )
+    saw_eos_row, rounds = False, []
+    for i in range(5):
+        prompts = random_prompts(128, (2 + i % 3, 5, 1 + (3 * i) % 7), seed=10 * i + len(mode))
         ids, mask = left_padded(prompts)
         settings = dict(max_new_tokens=5 + (i * 7) % 23, do_sample=False, pad_token_id=0)
         plain = target.generate(ids, attention_mask=mask, **settings)
-        fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, num_assistant_tokens=k, **settings)
+        drafter.teach(*[row[int((m == 0).sum()) :].tolist() for row, m in zip(plain, mask)])  # no left padding
+        fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, **draft, **settings)
         assert fast.tolist() == plain.tolist(), i
-        saw_eos_row |= bool(((plain == 100).any(-1) & (plain[:, -1] == 0)).any())
+        rounds.append(drafter.last_generation_stats)
+        saw_eos_row |= bool(((plain == LIVE_EOS).any(-1) & (plain[:, -1] == 0)).any())
+        watch.check(target, drafter)
     assert saw_eos_row  # a row ended with EOS before the others and was padded
+    total = SlimSpecGenerationStats.combined(rounds)
+    assert_deep_drafts_accepted_and_rejected(total, depth=1 if mode == "chain-1" else 3)
 
 
 def test_per_row_rollback_is_what_keeps_rows_exact(monkeypatch):
@@ -141,11 +168,14 @@ def test_batched_return_dict_pipeline_and_clear_refusals():
     target = make_tiny_target(seed=5, eos_token_id=1)
     drafter = make_tiny_drafter(target)
     ids, mask = left_padded(random_prompts(128, (3, 7)), pad=1)
-    out = target.generate(
-        ids, attention_mask=mask, max_new_tokens=6, pad_token_id=1, assistant_model=drafter,
-        return_dict_in_generate=True,
-    )  # fmt: skip
-    assert out.sequences.shape[0] == 2 and out.sequences.shape[1] <= ids.shape[1] + 6
+    settings = dict(max_new_tokens=6, pad_token_id=1, do_sample=False, return_dict_in_generate=True)
+    plain = target.generate(ids, attention_mask=mask, **settings)
+    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
+    assert type(out) is type(plain)
+    assert out.sequences.tolist() == plain.sequences.tolist()
+    # no scores, logits, attentions or hidden states were asked for: None, as in plain decoding (asking is refused)
+    for name in ("scores", "logits", "attentions", "hidden_states"):
+        assert getattr(out, name) is None and getattr(plain, name) is None, name
 
     tokenizer = make_char_tokenizer()
     tokenizer.pad_token, tokenizer.padding_side = "</s>", "left"

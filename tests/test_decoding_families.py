@@ -7,10 +7,17 @@ import pytest
 import torch
 
 from slimspec_hf import decoding_slimspec, verification_slimspec
+from slimspec_hf.generation_slimspec import SlimSpecGenerationStats
 
 from .conftest import make_tiny_drafter
 from .families import FAMILIES, SLIDING_FAMILIES, WINDOW, make_family_target
-from .test_generation import CHI2_999, _chi_square, _exact_marginals
+from .test_generation import (
+    CHI2_999,
+    _chi_square,
+    _exact_marginals,
+    assert_deep_drafts_accepted_and_rejected,
+    make_oracle_drafter,
+)
 
 
 MODES = {
@@ -28,16 +35,22 @@ def _prompt(vocab_size: int, length: int, seed: int = 1) -> torch.LongTensor:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_identity_and_sampling_for_every_family(family):
+    """Greedy with a drafter right at most positions (deep drafts accepted and rejected: each family's cache rolled
+    back, sliding windows over tree nodes at their depth); sampling runs with a random drafter."""
     target = make_family_target(family)
-    drafter = make_tiny_drafter(target)
+    oracle, drafter = make_oracle_drafter(target), make_tiny_drafter(target)
     ids = _prompt(target.config.vocab_size, 2 * WINDOW)  # longer than the sliding window
     plain = target.generate(ids, max_new_tokens=24, do_sample=False)
+    oracle.teach(plain[0].tolist())
+    rounds = []
     for mode, settings in MODES.items():
-        fast = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, **settings)
+        fast = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=oracle, **settings)
         assert fast.tolist() == plain.tolist(), mode
-        assert drafter.last_generation_stats.rounds > 0
+        rounds.append(oracle.last_generation_stats)
         sampled = target.generate(ids, max_new_tokens=12, do_sample=True, assistant_model=drafter, **settings)
         assert sampled.shape == (1, ids.shape[1] + 12), mode
+        assert drafter.last_generation_stats.rounds > 0
+    assert_deep_drafts_accepted_and_rejected(SlimSpecGenerationStats.combined(rounds), depth=3)
 
 
 @pytest.mark.parametrize("family", SLIDING_FAMILIES)

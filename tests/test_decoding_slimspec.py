@@ -5,23 +5,27 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM, decoding_slimspec, drafting_slimspec
+from slimspec_hf import decoding_slimspec, drafting_slimspec
 from slimspec_hf.cache_slimspec import SlimSpecDrafterCache
 from slimspec_hf.decoding_slimspec import SpeculativeDecoder, TargetLogits, plain_lm_head, slimspec_generate
 from slimspec_hf.drafting_slimspec import ROOT, DecodingSequence
-from slimspec_hf.generation_slimspec import DraftSettings
+from slimspec_hf.generation_slimspec import DraftSettings, SlimSpecGenerationStats
 
 from .conftest import REPO_ROOT, make_tiny_drafter, make_tiny_target
 from .test_generation import (
     CHI2_999,
+    LIVE_EOS,
+    DraftWatch,
     _chi_square,
     _exact_marginals,
+    assert_deep_drafts_accepted_and_rejected,
     make_counting_drafter,
     make_counting_target,
     make_drafter_for,
+    make_live_target,
+    make_oracle_drafter,
 )
 
 
@@ -58,68 +62,68 @@ def test_greedy_identity_random_drafter(head):
 
 
 @pytest.mark.parametrize("tree", TREES)
-def test_greedy_identity_agreeing_drafter_with_eos_and_length_boundary(tree):
-    target = make_counting_target(eos_token_id=100)
-    drafter = make_counting_drafter(target)  # wrong after multiples of 7: the runner-up child is right
+def test_greedy_identity_on_a_live_target_with_eos_and_length_boundary(tree, monkeypatch):
+    """Trees on a live target with a drafter whose runner-up child is sometimes the right one: accepted paths leave
+    the first verified rows (the target's cache keeps the path's rows, not the first ones), deep drafts are accepted
+    and rejected, EOS is accepted inside a round, the last rounds hit the length limit; the drafter's state after
+    every commit equals a fresh one's."""
+    target = make_live_target(eos_token_id=LIVE_EOS)
+    drafter = make_oracle_drafter(target)
+    watch = DraftWatch(monkeypatch)
     generator = torch.Generator().manual_seed(tree[0])
-    saw_eos_inside, saw_long_accept, saw_exact_length = False, False, False
-    for i in range(16):
+    saw_eos_inside, saw_exact_length, rounds = False, False, []
+    for i in range(8):
         ids = torch.randint(0, 128, (1, 2 + i % 5), generator=generator)
         max_new = 5 + (i * 7) % 23
         plain = target.generate(ids, max_new_tokens=max_new, do_sample=False)
+        drafter.teach(plain[0].tolist())
         fast = tree_generate(target, ids, drafter, tree, max_new_tokens=max_new, do_sample=False)
         assert fast.tolist() == plain.tolist(), f"prompt {i}"
         stats = drafter.last_generation_stats
         assert len(stats.drafted_per_position) <= tree[1]
-        saw_long_accept |= stats.acceptance_length > 2.5
+        rounds.append(stats)
         new = plain[0, ids.shape[1] :].tolist()
-        saw_eos_inside |= 100 in new and len(new) < max_new
-        saw_exact_length |= 100 not in new and len(new) == max_new
-    assert saw_long_accept and saw_eos_inside and saw_exact_length
-
-
-class OracleDrafter(SlimSpecDrafterForCausalLM):
-    """Runs the real drafter (cache, masks, positions), then proposes the target's greedy continuation `reference`
-    from the position it is at, as runner-up where the position is a multiple of 5 (the top child is then wrong)."""
-
-    reference: list[int] = []
-
-    def forward(self, input_ids=None, position_ids=None, **kwargs):
-        out = super().forward(input_ids=input_ids, position_ids=position_ids, **kwargs)
-        vocab = self.config.vocab_size
-        positions = position_ids[:, -out.logits.shape[1] :]
-        reference = torch.tensor(self.reference + [0] * 64)
-        right = reference[positions + 2]  # input x_{t+1} at position t: predict x_{t+2}
-        wrong = (right + 1) % vocab
-        runner_up = positions % 5 == 0
-        first, second = torch.where(runner_up, wrong, right), torch.where(runner_up, right, wrong)
-        out.logits = F.one_hot(first, vocab).float() * 10 + F.one_hot(second, vocab).float() * 9
-        return out
+        saw_eos_inside |= LIVE_EOS in new[1:]
+        saw_exact_length |= LIVE_EOS not in new and len(new) == max_new
+        watch.check(target, drafter)
+    assert saw_eos_inside and saw_exact_length and watch.checked > 10
+    total = SlimSpecGenerationStats.combined(rounds)
+    assert_deep_drafts_accepted_and_rejected(total, depth=3)
+    assert total.acceptance_length > 2
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
-    """A random target (attention live, unlike the counting target) and a drafter that knows its greedy output:
-    accepted nodes sit deep in the tree, so the target's tree mask, node positions and cache compaction all count."""
-    target = make_tiny_target(seed=7)
+    """The target's tree mask (eager, and sdpa's own path), node positions and cache compaction, with and without
+    prompt lookup grafted on the drafter's tree: accepted nodes sit deep in the tree."""
+    target = make_live_target(seed=7)
     target.set_attn_implementation(attention)
-    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
-    drafter = OracleDrafter(config).eval().attach_target(target)
+    drafter = make_oracle_drafter(target)
     generator = torch.Generator().manual_seed(2)
+    rounds, sources = [], set()
     for i, tree in enumerate([(16, 4, 4), (6, 5, 2), (12, 6, 2)]):
         ids = torch.randint(0, 128, (1, 5 + i), generator=generator)
+        ids = torch.cat([ids, ids[:, :3]], dim=-1)  # a repeat: prompt lookup has matches
         plain = target.generate(ids, max_new_tokens=30, do_sample=False)
-        drafter.reference = plain[0].tolist()
-        assert tree_generate(target, ids, drafter, tree, max_new_tokens=30, do_sample=False).tolist() == plain.tolist()
-        assert drafter.last_generation_stats.acceptance_length > 2.5, tree
+        drafter.teach(plain[0].tolist())
+        for lookup in (False, True):
+            fast = tree_generate(
+                target, ids, drafter, tree, max_new_tokens=30, do_sample=False, draft_lookup=lookup,
+                draft_lookup_min_ngram=3, draft_lookup_extend_ngram=1,
+            )  # fmt: skip
+            assert fast.tolist() == plain.tolist(), (tree, lookup)
+            rounds.append(drafter.last_generation_stats)
+            sources |= set(drafter.last_generation_stats.rounds_by_source)
+    total = SlimSpecGenerationStats.combined(rounds)
+    assert_deep_drafts_accepted_and_rejected(total, depth=4)
+    assert total.acceptance_length > 2.5 and {"drafter", "drafter+lookup"} <= sources, sources
 
 
 def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeypatch):
     """The target's LM head covers the root + the best-scored path first; a walk that takes a runner-up child gets
     that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
-    target = make_tiny_target(seed=7)
-    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
-    drafter = OracleDrafter(config).eval().attach_target(target)  # runner-up right at multiples of 5: misses
+    target = make_live_target(seed=7)
+    drafter = make_oracle_drafter(target)  # its runner-up is sometimes the right child: misses
     batches, verified = [], []
     call = TargetLogits.__call__
 
@@ -135,7 +139,7 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     monkeypatch.setattr(TargetLogits, "__call__", counting)
     ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
     plain = target.generate(ids, max_new_tokens=30, do_sample=False)
-    drafter.reference = plain[0].tolist()
+    drafter.teach(plain[0].tolist())
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
         plain.tolist()
     )
@@ -223,17 +227,19 @@ def test_statistics_of_an_always_right_drafter():
 def test_a_one_wide_tree_is_the_chain():
     """top_k = 1 and size = depth = k drafts the chain's k tokens: the same acceptance as `num_assistant_tokens=k`
     (the drafter's states along a path are checked against a chain in the next test)."""
-    target = make_counting_target()
-    drafter = make_counting_drafter(target)  # wrong after multiples of 7: rounds end in partial acceptance
+    target = make_live_target(seed=1)
+    drafter = make_oracle_drafter(target)  # right at most positions: rounds end in partial acceptance
     generator = torch.Generator().manual_seed(1)
-    for i in range(6):
+    for i in range(4):
         ids = torch.randint(0, 128, (1, 4 + i), generator=generator)
+        plain = target.generate(ids, max_new_tokens=25, do_sample=False)
+        drafter.teach(plain[0].tolist())
         chain = target.generate(
             ids, max_new_tokens=25, do_sample=False, assistant_model=drafter, num_assistant_tokens=3
         )
         chain_stats = drafter.last_generation_stats.as_dict()
         fast = tree_generate(target, ids, drafter, (3, 3, 1), max_new_tokens=25, do_sample=False)
-        assert fast.tolist() == chain.tolist()
+        assert fast.tolist() == chain.tolist() == plain.tolist()
         assert drafter.last_generation_stats.as_dict() == chain_stats
         assert 0 < chain_stats["accepted_tokens"] < 3 * chain_stats["rounds"]
 

@@ -6,14 +6,16 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers.generation.utils
 from transformers import GenerationMixin, LlamaForCausalLM, TextStreamer
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
 from slimspec_hf import SlimSpecDrafterForCausalLM, decoding_slimspec, drafting_slimspec, install_generation_hook
-from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS
+from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS, SlimSpecGenerationStats
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target, tiny_target_config
+from .families import make_family_target
 
 
 HEAD_CONFIGS = {
@@ -32,6 +34,8 @@ def make_drafter_for(target, head, **kwargs):
 
 
 # -- a target whose greedy continuation is "next token = this token + 1", and a drafter that mostly knows it ----
+# Attention-dead (the output depends on the last token only): for bookkeeping tests (statistics, settings, sources),
+# never for the target's cache, masks or rollback — the live target below is for those.
 
 
 def make_counting_target(vocab_size=128, eos_token_id=None):
@@ -72,6 +76,144 @@ def make_counting_drafter(target):
     return CountingDrafter(config).eval().attach_target(target)
 
 
+# -- a live target, and a drafter that knows its greedy output (partly) ---------------------------------------------
+# The counting target's output depends on the last token only (attention is dead), so it cannot tell a right target
+# cache, tree mask or rollback from a wrong one. The greedy identity tests run on a live target instead — every
+# output depends on the whole context through attention — with `OracleDrafter`, right often enough that rounds
+# accept deep paths and wrong often enough that deep drafts are rejected (so the caches are rolled back).
+
+
+def make_live_target(seed: int = 0, eos_token_id=None, **overrides):
+    """A tiny random Llama (weights of std 0.2): changing any earlier token changes its greedy continuation."""
+    target = make_family_target("llama", seed=seed, eos_token_id=eos_token_id, **overrides)
+    target.generation_config.eos_token_id = eos_token_id
+    return target
+
+
+class OracleDrafter(SlimSpecDrafterForCausalLM):
+    """Runs the real drafter (its cache, masks and positions: `DraftWatch` checks its states), then proposes from
+    what it was taught (`teach`): the token that followed token x at position p (x fed at p predicts the token after
+    it, as the drafter's inputs are shifted by one). Its first choice is right at 5 positions in 8, its runner-up at 2
+    more (a tree finds it, a chain does not) and neither at the last, so rounds both accept and reject deep drafts."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.known: dict[tuple[int, int], int] = {}  # (position, token) -> the token after it
+
+    def teach(self, *sequences) -> "OracleDrafter":
+        """`sequences`: the target's greedy outputs (real tokens only, no padding), each a list of token ids."""
+        self.known = {(p, s[p + 1]): s[p + 2] for s in sequences for p in range(len(s) - 2)}
+        return self
+
+    def forward(self, input_ids=None, position_ids=None, **kwargs):
+        out = super().forward(input_ids=input_ids, position_ids=position_ids, **kwargs)
+        vocab, n = out.logits.shape[-1], out.logits.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
+        first, second = [], []
+        for p, x in zip(position_ids[:, -n:].flatten().tolist(), input_ids[:, -n:].flatten().tolist()):
+            right = self.known.get((p, x), (7 * x + p) % vocab)  # a context it was not taught: some token
+            kind = (3 * p + 5 * x) % 8
+            wrong = (right + 1) % vocab
+            first.append(right if kind < 5 else wrong)
+            second.append(wrong if kind < 5 else right if kind < 7 else (right + 2) % vocab)
+        shape = out.logits.shape[:2]
+        first, second = torch.tensor(first).view(shape), torch.tensor(second).view(shape)
+        logits = F.one_hot(first, vocab).float() * 10 + F.one_hot(second, vocab).float() * 9
+        out.logits = logits.to(out.logits.device)
+        return out
+
+
+def make_oracle_drafter(target) -> OracleDrafter:
+    from slimspec_hf import SlimSpecDrafterConfig
+
+    torch.manual_seed(1)
+    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
+    return OracleDrafter(config).eval().attach_target(target)
+
+
+def real_tokens(ids: torch.Tensor, mask: torch.Tensor | None = None) -> list[int]:
+    """A row's tokens without its left padding."""
+    return ids[mask.bool()].tolist() if mask is not None else ids.tolist()
+
+
+def fresh_drafter_state(target, drafter, ids: list[int]) -> torch.Tensor:
+    """The drafter's state (d,) at the second-to-last token of `ids`, from scratch: one target forward over `ids`
+    (without a cache) for the features, one drafter forward over them (without a cache)."""
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        hidden = target(tokens, output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i] for i in drafter.config.target_layer_ids], dim=-1)[:, :-1]  # (1, n - 1, 3d)
+        out = drafter(input_ids=tokens[:, 1:], target_features=features, position_ids=torch.arange(len(ids) - 1)[None])
+    return out.hidden_states[0, -1]
+
+
+class DraftWatch:
+    """Watches every round of the `generate()` calls it is installed for (batch 1 or batched): the drafter's state
+    after each commit of accepted positions (`check` compares it with `fresh_drafter_state`: a drafter cache that
+    kept drafted positions, or took the features of the wrong rows, changes only the acceptance, never the output)
+    and the deepest node each round verifies (never past the length limit)."""
+
+    def __init__(self, monkeypatch):
+        self.commits: list[tuple[list[int], torch.Tensor]] = []  # (real tokens up to the committed one, state)
+        self.rounds: list[tuple[int, int, int]] = []  # (sequence length, deepest verified node, max_length)
+        self.checked = 0  # commits checked so far
+        commit, batch_commit = drafting_slimspec.DrafterState.commit, drafting_slimspec.BatchDrafting.commit
+        verify, batch_verify = (
+            decoding_slimspec.SpeculativeDecoder.verify,
+            decoding_slimspec.BatchedSpeculativeDecoder.verify,
+        )
+
+        def committed(seq, state, hidden):
+            end = state.committed + 1  # the state is the drafter's at position committed - 1: input token `committed`
+            self.commits.append((real_tokens(seq.ids[0, :end], seq.key_mask[:end]), hidden.clone()))
+
+        def one_commit(state, seq):
+            logits, hidden = commit(state, seq)
+            committed(seq, state, hidden)
+            return logits, hidden
+
+        def many_commits(drafting, seqs):
+            logits, hidden = batch_commit(drafting, seqs)
+            for i, (seq, state) in enumerate(zip(seqs, drafting.states)):
+                committed(seq, state, hidden[i])
+            return logits, hidden
+
+        def depth(tree):
+            return max((tree.depths[n] for n in tree.kept), default=0)
+
+        def one_verify(decoder, seq, tree):
+            self.rounds.append((seq.length, depth(tree), decoder.max_length))
+            return verify(decoder, seq, tree)
+
+        def many_verify(decoder, trees):
+            for b, tree in zip(decoder.active, trees):
+                self.rounds.append((decoder.seqs[b].length, depth(tree), decoder.rows[b].max_length))
+            return batch_verify(decoder, trees)
+
+        monkeypatch.setattr(drafting_slimspec.DrafterState, "commit", one_commit)
+        monkeypatch.setattr(drafting_slimspec.BatchDrafting, "commit", many_commits)
+        monkeypatch.setattr(decoding_slimspec.SpeculativeDecoder, "verify", one_verify)
+        monkeypatch.setattr(decoding_slimspec.BatchedSpeculativeDecoder, "verify", many_verify)
+
+    def check(self, target, drafter) -> None:
+        """Every commit's state equals a fresh drafter's; no verified node lies past the last token the call may
+        append (its bonus token comes after it); then forgets what it saw."""
+        for length, deepest, max_length in self.rounds:
+            assert length + deepest < max_length, (length, deepest, max_length)
+        for ids, state in self.commits:
+            torch.testing.assert_close(state, fresh_drafter_state(target, drafter, ids), rtol=1e-4, atol=1e-4)
+        self.checked += len(self.commits)
+        self.commits.clear()
+        self.rounds.clear()
+
+
+def assert_deep_drafts_accepted_and_rejected(stats, depth: int = 2) -> None:
+    """The rounds accepted AND rejected drafts at the positions from 1 to `depth` (1-based): rollback happened."""
+    rates = stats.per_position_acceptance[:depth]
+    assert len(rates) == depth and all(0 < rate < 1 for rate in rates), rates
+
+
 # -- greedy identity --------------------------------------------------------------------------------------------
 
 
@@ -88,27 +230,38 @@ def test_greedy_identity_random_drafter(head):
         assert drafter.last_generation_stats.rounds > 0
 
 
+LIVE_EOS = 40  # a token the live target's greedy continuations reach mid-way, for some prompts
+
+
 @pytest.mark.parametrize("k", [1, 3, 6])
-def test_greedy_identity_agreeing_drafter_with_eos_and_length_boundary(k):
-    target = make_counting_target(eos_token_id=100)
-    drafter = make_counting_drafter(target)
+def test_greedy_identity_on_a_live_target_with_eos_and_length_boundary(k, monkeypatch):
+    """Chains on a live target, with a drafter right at most positions: deep drafts accepted and rejected (the
+    target's cache rolled back), EOS accepted inside a round (the round's later tokens dropped), rounds that end at
+    the length limit; the drafter's state after every commit equals a fresh one's."""
+    target = make_live_target(eos_token_id=LIVE_EOS)
+    drafter = make_oracle_drafter(target)
+    watch = DraftWatch(monkeypatch)
     generator = torch.Generator().manual_seed(k)
-    saw_eos_inside, saw_full_accept = False, False
-    for i in range(24):
+    saw_eos_inside, saw_exact_length, acceptance = False, False, []
+    for i in range(10):
         ids = torch.randint(0, 128, (1, 2 + i % 5), generator=generator)
         max_new = 5 + (i * 7) % 23  # often not a multiple of k + 1: the last round hits the length boundary
         plain = target.generate(ids, max_new_tokens=max_new, do_sample=False)
+        drafter.teach(plain[0].tolist())
         fast = target.generate(
             ids, max_new_tokens=max_new, do_sample=False, assistant_model=drafter, num_assistant_tokens=k
         )
         assert fast.tolist() == plain.tolist(), f"prompt {i}"
         stats = drafter.last_generation_stats
-        assert max(stats.drafted_per_position, default=0) <= stats.rounds
         assert len(stats.drafted_per_position) <= k
-        saw_full_accept |= stats.acceptance_length > 1.5
+        acceptance.append(stats)
         new = plain[0, ids.shape[1] :].tolist()
-        saw_eos_inside |= 100 in new and len(new) < max_new
-    assert saw_full_accept and saw_eos_inside
+        saw_eos_inside |= LIVE_EOS in new[1:]  # not the prefill's token: one a round accepted
+        saw_exact_length |= LIVE_EOS not in new and len(new) == max_new
+        watch.check(target, drafter)
+    assert saw_eos_inside and saw_exact_length and watch.checked > 10
+    total = SlimSpecGenerationStats.combined(acceptance)
+    assert_deep_drafts_accepted_and_rejected(total, depth=min(k, 3))
 
 
 def test_acceptance_statistics_of_an_agreeing_drafter():
@@ -230,34 +383,30 @@ def test_text_generation_pipeline_takes_the_drafter():
 
 
 def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
-    target = make_tiny_target(seed=5)
-    drafter = make_drafter_for(target, "low_rank")
+    """A left-padded prompt on a live target, a drafter right at most positions: the dict output's scores, logits
+    and hidden states (every layer, as the caller asked: not cut down to the drafter's three) equal plain greedy
+    decoding's, step by step, also for tokens accepted deep in a round."""
+    target = make_live_target(seed=5)
+    drafter = make_oracle_drafter(target)
     ids = torch.tensor([[0, 0, 7, 8, 9, 10]])
     mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
-    plain = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=15, do_sample=False)
+    outputs = dict(return_dict_in_generate=True, output_scores=True, output_logits=True, output_hidden_states=True)
+    plain = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=15, do_sample=False, **outputs)
+    drafter.teach(plain.sequences[0, 2:].tolist())
     fast = target.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=15,
-        do_sample=False,
-        assistant_model=drafter,
-        return_dict_in_generate=True,
-        output_scores=True,
+        input_ids=ids, attention_mask=mask, max_new_tokens=15, do_sample=False, assistant_model=drafter, **outputs
     )
-    assert fast.sequences.tolist() == plain.tolist()
-    assert len(fast.scores) == 15
-    # all hidden states requested by the caller: the drafter's override must not cut them down to three layers
-    hidden = target.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=6,
-        do_sample=False,
-        assistant_model=drafter,
-        return_dict_in_generate=True,
-        output_hidden_states=True,
-    )
-    assert hidden.sequences.tolist() == plain[:, :12].tolist()
-    assert all(h is not None for step in hidden.hidden_states for h in step)
+    assert fast.sequences.tolist() == plain.sequences.tolist()
+    assert drafter.last_generation_stats.accepted_tokens >= 6  # most tokens come from accepted drafts
+    assert len(fast.scores) == len(fast.logits) == len(fast.hidden_states) == 15
+    for step, (a, b) in enumerate(zip(fast.scores + fast.logits, plain.scores + plain.logits)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"step {step}")
+    for step, (mine, theirs) in enumerate(zip(fast.hidden_states, plain.hidden_states)):
+        assert len(mine) == len(theirs) == target.config.num_hidden_layers + 1, step
+        for a, b in zip(mine, theirs):  # step 0 the prompt's (1, 6, d), then one (1, 1, d) per token
+            assert a.shape == b.shape, step
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"step {step}")
+    plain = plain.sequences
 
     class Tok:  # the smallest tokenizer a TextStreamer needs
         def decode(self, ids, **kwargs):
@@ -514,6 +663,31 @@ def test_lookup_continuation_takes_the_longest_most_recent_match():
     assert run([1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4], 2, 2) == ([5, 2], 2)  # capped at max_ngram
     assert run([1, 2], 3, 4) is None  # nothing earlier than the last token
     assert run([4, 4, 4], 3, 4) == ([4], 2)
+
+
+def test_hybrid_greedy_on_a_live_target_accepts_and_rejects_deep_drafts(monkeypatch):
+    """Prompt lookup beside a chain drafter on a live target: lookup rounds (verified alone), short matches grafted
+    onto the drafter's draft and the drafter's chains extended by lookup, deep drafts accepted and rejected. Output
+    plain greedy; the drafter's state after every commit a fresh one's (lookup rounds leave features pending)."""
+    target = make_live_target(seed=3)
+    drafter = make_oracle_drafter(target)
+    watch = DraftWatch(monkeypatch)
+    rounds, sources = [], set()
+    for seed in range(4):
+        ids = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(seed))
+        ids = torch.cat([ids, ids, ids[:, :2]], dim=-1)  # repeated text: lookup rounds happen
+        plain = target.generate(ids, max_new_tokens=30, do_sample=False)
+        drafter.teach(plain[0].tolist())
+        fast = target.generate(
+            ids, max_new_tokens=30, do_sample=False, assistant_model=drafter, num_assistant_tokens=3,
+            draft_lookup=True, draft_lookup_min_ngram=2, draft_lookup_extend_ngram=1,
+        )  # fmt: skip
+        assert fast.tolist() == plain.tolist(), seed
+        rounds.append(drafter.last_generation_stats)
+        sources |= set(drafter.last_generation_stats.rounds_by_source)
+        watch.check(target, drafter)
+    assert {"lookup", "drafter", "drafter+lookup"} <= sources, sources
+    assert_deep_drafts_accepted_and_rejected(SlimSpecGenerationStats.combined(rounds), depth=3)
 
 
 @pytest.mark.parametrize("head", ["low_rank", "full", "trimmed"])
