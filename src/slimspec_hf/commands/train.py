@@ -125,9 +125,38 @@ def parse_args(argv: list[str] | None = None):
     return args, peft_args
 
 
+# oneDNN's AMX kernels (torch 2.13) crashed the bf16 backward pass of the drafter's head with a floating point
+# exception a few steps into a run on an AMX CPU, where its AVX-512 bf16 kernels train the same run; oneDNN reads
+# this variable at its first primitive, so setting it before the trainer builds anything takes effect.
+AMX_SAFE_ISA = "AVX512_CORE_BF16"
+
+
+def limit_onednn_isa_on_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """On a CPU with AMX, caps oneDNN at AVX-512 bf16 for this process unless the user chose an ISA; returns whether
+    it did."""
+    if "ONEDNN_MAX_CPU_ISA" in os.environ or "DNNL_MAX_CPU_ISA" in os.environ:
+        return False
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    if "amx_bf16" not in flags:
+        return False
+    os.environ["ONEDNN_MAX_CPU_ISA"] = AMX_SAFE_ISA
+    logger.warning(
+        "This CPU has AMX: training runs oneDNN's AVX-512 bf16 kernels (ONEDNN_MAX_CPU_ISA=%s), since its AMX "
+        "kernels crashed the bf16 backward pass; set ONEDNN_MAX_CPU_ISA yourself to choose otherwise.",
+        AMX_SAFE_ISA,
+    )
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args, peft_args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.use_cpu or not _cuda_available():
+        limit_onednn_isa_on_amx()
     from ..training.data import load_training_dataset
     from ..training.trainer import SlimSpecTrainer
 
@@ -149,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.is_world_process_zero():
         logger.info("Drafter saved to %s", args.output_dir)
     return 0
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _resume_value(value):
