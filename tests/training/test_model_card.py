@@ -185,6 +185,34 @@ def test_card_states_the_decoding_defaults_of_the_folder(tmp_path):
     assert "It drafts a dynamic tree of 8 tokens per round" in str(render_model_card(tmp_path))
 
 
+def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults():
+    """Rendered from a drafter object, the card reads the drafter's generation_config; from a config without any
+    decoding settings, the defaults a new drafter gets — never "drafts None tokens"."""
+    from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
+    from slimspec_hf.generation_slimspec import DraftSettings
+
+    config = SlimSpecDrafterConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=99,
+        head_type="low_rank",
+        head_rank=4,
+        target_hidden_size=32,
+        target_num_hidden_layers=4,
+    )
+    drafter = SlimSpecDrafterForCausalLM(config)
+    drafter.generation_config.num_assistant_tokens = 3
+    card = str(render_model_card(drafter))
+    assert "It drafts 3 tokens per round" in card and "None" not in card.split("It drafts")[1][:40]
+    drafter.generation_config.draft_tree_size = 5
+    assert "It drafts a dynamic tree of 5 tokens per round" in str(render_model_card(drafter))
+    bare = {k: v for k, v in _config().items() if k != "num_speculative_tokens"}
+    default = DraftSettings.num_assistant_tokens  # what a new drafter's generation_config gets
+    assert default > 1 and f"It drafts {default} tokens per round" in str(render_model_card(bare))
+
+
 def _prompt_rows(path, sources):
     path.write_text(
         "".join(json.dumps({"id": f"{s}-{i}", "source": s, "messages": []}) + "\n" for i, s in enumerate(sources))

@@ -19,12 +19,14 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
+from ..generation_slimspec import draft_generation_config
 from ..utils import atomic_write
 from .config import SlimSpecConfig, card_fields
 
@@ -136,9 +138,11 @@ def template_text() -> str:
 
 def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
     """(config dict, folder name or None) of a SlimSpec drafter given as a folder, a config or a model."""
-    name = None
+    name, settings = None, None
     if hasattr(model_dir_or_config, "config") and hasattr(model_dir_or_config.config, "to_dict"):
-        model_dir_or_config = model_dir_or_config.config  # a model
+        generation_config = getattr(model_dir_or_config, "generation_config", None)  # a model
+        settings = generation_config.to_dict() if generation_config is not None else None
+        model_dir_or_config = model_dir_or_config.config
     if hasattr(model_dir_or_config, "to_dict"):
         config = model_dir_or_config.to_dict()
     elif isinstance(model_dir_or_config, Mapping):
@@ -156,15 +160,17 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
         decoding = path.parent / "generation_config.json"  # the decoding defaults, which override the config's k
         if decoding.is_file():
             settings = json.loads(decoding.read_text(encoding="utf-8"))
-            if settings.get("num_assistant_tokens"):
-                config["num_speculative_tokens"] = settings["num_assistant_tokens"]
-            config["draft_lookup"] = bool(settings.get("draft_lookup"))
-            config["draft_tree_size"] = int(settings.get("draft_tree_size") or 0)
     else:
         raise TypeError(
             f"`model_dir_or_config` must be a folder, a SlimSpecDrafterConfig, a config dict or a drafter, got "
             f"{type(model_dir_or_config).__name__}."
         )
+    if settings is None:  # a bare config (or a folder without generation_config.json): the drafter's defaults
+        settings = draft_generation_config(SimpleNamespace(**config)).to_dict()
+    if settings.get("num_assistant_tokens"):
+        config["num_speculative_tokens"] = settings["num_assistant_tokens"]
+    config["draft_lookup"] = bool(settings.get("draft_lookup"))
+    config["draft_tree_size"] = int(settings.get("draft_tree_size") or 0)
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
         raise ValueError(
