@@ -36,7 +36,8 @@ def _prompt(vocab_size: int, length: int, seed: int = 1) -> torch.LongTensor:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_identity_and_sampling_for_every_family(family):
     """Greedy with a drafter right at most positions (deep drafts accepted and rejected: each family's cache rolled
-    back, sliding windows over tree nodes at their depth); sampling runs with a random drafter."""
+    back, sliding windows over tree nodes at their depth); sampling with a random drafter under top-k 4 emits only
+    tokens the target's top 4 allows."""
     target = make_family_target(family)
     oracle, drafter = make_oracle_drafter(target), make_tiny_drafter(target)
     ids = _prompt(target.config.vocab_size, 2 * WINDOW)  # longer than the sliding window
@@ -47,9 +48,12 @@ def test_greedy_identity_and_sampling_for_every_family(family):
         fast = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=oracle, **settings)
         assert fast.tolist() == plain.tolist(), mode
         rounds.append(oracle.last_generation_stats)
-        sampled = target.generate(ids, max_new_tokens=12, do_sample=True, assistant_model=drafter, **settings)
+        sampled = target.generate(ids, max_new_tokens=12, do_sample=True, top_k=4, assistant_model=drafter, **settings)
         assert sampled.shape == (1, ids.shape[1] + 12), mode
         assert drafter.last_generation_stats.rounds > 0
+        with torch.no_grad():  # every sampled token is one the target's top-4 allows (a random drafter's are not)
+            allowed = target(sampled).logits[0, ids.shape[1] - 1 : -1].topk(4).indices  # (12, 4)
+        assert (allowed == sampled[0, ids.shape[1] :, None]).any(-1).all(), mode
     assert_deep_drafts_accepted_and_rejected(SlimSpecGenerationStats.combined(rounds), depth=3)
 
 

@@ -24,6 +24,7 @@ class Mutant:
     name: str
     edits: tuple[Edit, ...]
     tests: tuple[str, ...]  # pytest node ids or files (relative to the repository) that must catch it
+    each: bool = False  # every listed test must fail (a control break that no statistical test may miss)
 
     def __post_init__(self):
         if not self.edits or not self.tests:

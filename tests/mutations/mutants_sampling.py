@@ -14,7 +14,28 @@ FAMILIES = f"{LOSSLESS}::test_every_family_samples_the_joint_distribution_in_a_l
 
 WALK = "            token, child = sample_child(processed[0], tree.proposals.get(node, []))\n"
 
+# Every statistical (χ²) or support test of sampling: each must fail on its own when every draft is accepted.
+STATISTICAL = (
+    "tests/test_generation.py::test_speculative_sampling_matches_the_target_distribution",
+    "tests/test_generation.py::test_hybrid_sampling_matches_the_target_distribution",
+    "tests/test_decoding_slimspec.py::test_tree_sampling_matches_the_target_distribution",
+    "tests/test_decoding_families.py::test_sampled_trees_with_lookup_match_the_target_distribution",
+    "tests/test_decoding_families.py::test_greedy_identity_and_sampling_for_every_family",
+    "tests/test_batched_decoding.py::test_batched_sampling_matches_the_target_distribution_at_batch_4",
+    f"{LOSSLESS}::test_chains_sample_the_joint_distribution_at_batch_1",
+    f"{LOSSLESS}::test_the_token_after_an_accepted_draft_samples_the_joint_distribution",
+    f"{LOSSLESS}::test_trees_with_repeated_and_pruned_draws_sample_the_joint_distribution",
+    f"{LOSSLESS}::test_lookup_drafts_the_target_often_rejects_sample_the_joint_distribution",
+    FAMILIES,
+)
+
 MUTANTS = [
+    Mutant(
+        name="sampling (control, each statistical test): every draft is accepted",
+        edits=(Edit(DECODING, "return float(torch.rand(())) * q_token < p_token", "return True"),),
+        tests=STATISTICAL,
+        each=True,
+    ),
     Mutant(
         name="sampling: every draft is accepted",
         edits=(Edit(DECODING, "return float(torch.rand(())) * q_token < p_token", "return True"),),

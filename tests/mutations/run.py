@@ -4,7 +4,8 @@
 For every mutant: copy `src/slimspec_hf` to a temporary folder, apply the mutant's edits there (each must match the
 source exactly once, else the mutant no longer applies and the run fails), and run the mutant's tests with that copy
 first on `PYTHONPATH`. A mutant is caught when pytest reports a failed test; it survives when its tests pass, and it
-is invalid when pytest cannot even collect them (a mutant must break behaviour, not imports). First, the control:
+is invalid when pytest cannot even collect them (a mutant must break behaviour, not imports); a mutant marked `each`
+is caught only when every one of its tests fails. First, the control:
 every test named by any mutant must pass on the unmodified copy. Exit status 0 only when the control passes and
 every mutant is caught.
 
@@ -85,11 +86,16 @@ def run_mutant(mutant: Mutant) -> tuple[str, str, float]:
         problem = apply(mutant, src)
         if problem is not None:
             return "INVALID", f"does not apply: {problem}", time.perf_counter() - start
-        code, output = pytest(list(mutant.tests), src, first_failure=True)
+        code, output = pytest(list(mutant.tests), src, first_failure=not mutant.each)
     seconds = time.perf_counter() - start
     failed = re.findall(r"^FAILED (\S+)", output, flags=re.M)
     if code == 0:
         return "SURVIVED", "its tests passed", seconds
+    if mutant.each and code == 1 and "ERROR collecting" not in output:
+        missed = [t for t in mutant.tests if not any(f.startswith(t) for f in failed)]
+        if missed:
+            return "SURVIVED", f"{len(missed)} of its tests passed: {', '.join(missed)}", seconds
+        return "caught", f"by each of its {len(mutant.tests)} tests", seconds
     if code == 1 and failed and "ERROR collecting" not in output:
         return "caught", failed[0], seconds
     tail = " | ".join(output.strip().splitlines()[-3:])
