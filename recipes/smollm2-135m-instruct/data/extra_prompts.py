@@ -14,7 +14,14 @@ answered greedily, the other half sampled (T 0.7), each half in its own prepare-
         --out data/smollm2-135m-instruct/extra_chat_t07 --temperature 0.7 --seed 1 --max-new-tokens 384 \
         --max-prompt-length 512 --threads 1 --dtype bfloat16 --max-seconds 7200
 
-Rerun the same two commands to continue: prepare-data skips the prompts already answered.
+The tool-style tasks (GPTeacher Toolformer, tool preamble removed), greedily:
+
+    python recipes/smollm2-135m-instruct/data/extra_prompts.py --group tools --out /tmp/extra_tools.jsonl
+    OMP_NUM_THREADS=1 slimspec prepare-data --engine vllm --target embedded --prompts /tmp/extra_tools.jsonl \
+        --out data/smollm2-135m-instruct/extra_tools_greedy --max-new-tokens 384 --max-prompt-length 512 \
+        --threads 1 --dtype bfloat16 --max-seconds 2400
+
+Rerun the same commands to continue: prepare-data skips the prompts already answered.
 """
 
 from __future__ import annotations
