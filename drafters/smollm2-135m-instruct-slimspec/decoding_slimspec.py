@@ -60,6 +60,7 @@ from .verification_slimspec import (
     BatchSlots,
     TargetLogits,
     cache_keyword,
+    captured_hidden_states,
     compact_cache,
     first_rows_in_one_call,
     layer_windows,
@@ -183,7 +184,7 @@ class SpeculativeDecoder:
             generation_config.return_dict_in_generate and generation_config.output_hidden_states
         )
         self.hidden_states: tuple[tuple[torch.Tensor, ...], ...] = ()
-        self.captured = True if self.all_hidden_states else self.layer_ids  # the layers the target returns
+        self.captured = True if self.all_hidden_states else captured_hidden_states(self.layer_ids)
         self.cache_name = cache_keyword(target)
 
     def prefill(self, seq: DecodingSequence) -> torch.LongTensor:

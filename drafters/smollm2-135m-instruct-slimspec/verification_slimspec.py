@@ -27,6 +27,27 @@ _FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _numbers_selected_states_by_position() -> bool:
+    try:
+        from transformers.utils import output_capturing
+    except ImportError:
+        return False
+    return hasattr(output_capturing, "selected_hidden_states")
+
+
+# A list-valued `output_hidden_states` returns the selected states at their `outputs.hidden_states` positions (0: the
+# embeddings) from transformers 5.23 on; 5.20-5.22 number them by decoder layer output instead (i: layer i's output),
+# one layer deeper than the same index of the full tuple.
+SELECTED_STATES_BY_POSITION = _numbers_selected_states_by_position()
+
+
+def captured_hidden_states(layer_ids) -> list[int] | bool:
+    """The `output_hidden_states` a target forward takes so that `hidden_states[i]` is position i of the full tuple
+    for every i in `layer_ids`: the ids themselves where transformers numbers a selection by position, else every
+    state (the forward computes them all anyway; only references are kept)."""
+    return list(layer_ids) if SELECTED_STATES_BY_POSITION else True
+
+
 def cache_keyword(model) -> str:
     """The name under which `model`'s forward takes its KV cache: transformers 5.24 renamed `past_key_values` to
     `cache` (the old name deprecated), and the package supports releases on both sides of the rename."""

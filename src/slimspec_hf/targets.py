@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .paths import cache_dir, embedded_drafter_dir, looks_like_path
+from .verification_slimspec import captured_hidden_states
 
 
 logger = logging.getLogger(__name__)
@@ -207,7 +208,8 @@ def target_features(target, input_ids, layer_ids, attention_mask=None) -> tuple[
 
     `layer_ids` index HF `hidden_states` (0 = embeddings, i = input of decoder layer i)."""
     backbone = getattr(target, target.base_model_prefix, target)
-    out = backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=layer_ids, use_cache=False)
+    captured = captured_hidden_states(layer_ids)
+    out = backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=captured, use_cache=False)
     features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)
     return features, out.last_hidden_state
 
