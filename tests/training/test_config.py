@@ -29,6 +29,7 @@ def _has_gpu() -> bool:
 
 # The shipped drafter's stages, in order; each stage after the first starts from the one before.
 STAGES = tuple(f"config_embedded_v{n}.yaml" for n in range(1, 7))
+CONTINUAL = "config_embedded_continual.yaml"  # the run that carries on from the last stage, session by session
 SIDE_BY_SIDE = (
     "config_full_head.yaml",
     "config_trimmed.yaml",
@@ -39,7 +40,7 @@ SIDE_BY_SIDE = (
 
 
 def test_expected_recipes_exist():
-    assert {p.name for p in SMOLLM2.glob("config_*.yaml")} == set(STAGES)
+    assert {p.name for p in SMOLLM2.glob("config_*.yaml")} == {*STAGES, CONTINUAL}
     assert {p.name for p in ABLATIONS.glob("config_*.yaml")} == set(SIDE_BY_SIDE)
     ablations_readme = (ABLATIONS / "README.md").read_text()
     assert all(f"`{name}`" in ablations_readme for name in SIDE_BY_SIDE)
@@ -73,7 +74,7 @@ def test_smollm2_ablations_differ_from_the_first_stage_only_in_the_head():
 def test_later_stages_warm_start_from_the_shipped_folder():
     """Stage n starts from `drafters/`, where stage n - 1 was shipped; the first stage starts a new drafter."""
     assert parse(SMOLLM2 / STAGES[0])[0].drafter_model is None
-    for name in STAGES[1:]:
+    for name in (*STAGES[1:], CONTINUAL):
         assert parse(SMOLLM2 / name)[0].drafter_model == "drafters/smollm2-135m-instruct-slimspec", name
 
 

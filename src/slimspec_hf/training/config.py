@@ -242,6 +242,16 @@ class SlimSpecConfig(TrainingArguments):
         },
     )
 
+    continual_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "A run folder to continue and to write back (bf16 weights and `continual_state.json`, small "
+            "enough to commit): training starts from its weights at its place in the data order and rewrites it at "
+            "each checkpoint and at the end. Empty or missing: the run starts from `drafter_model`. The optimiser "
+            "state is not kept, so use a short warm-up and a constant learning rate."
+        },
+    )
+
     # Output
     overwrite_output_dir: bool = field(
         default=False,

@@ -8,7 +8,9 @@ with the embedding of the ground-truth token k+1 ahead. The loss is the forward 
 full vocabulary, weighted by `step_loss_decay**k` (see `losses.py`).
 """
 
+import dataclasses
 import logging
+import math
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -29,6 +31,7 @@ from ..modeling_slimspec import (
 from ..targets import load_target, target_features
 from .callbacks import TimeLimitCallback
 from .config import SlimSpecConfig
+from .continual import ContinualCallback, ContinualState, data_order
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
 from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head, initialise_layer_from_target
@@ -223,6 +226,10 @@ class SlimSpecTrainer(Trainer):
                 train_dataset = train_dataset.shuffle(seed=seed).select(
                     range(min(args.max_samples, len(train_dataset)))
                 )
+        continual = ContinualState.load(args.continual_dir) if args.continual_dir else None
+        continual_callback = None
+        if args.continual_dir and train_dataset is not None:
+            train_dataset, continual_callback = continue_in_order(train_dataset, continual, args)
         if eval_dataset is not None:
             eval_dataset = prepare_dataset(
                 eval_dataset, processing_class, args.max_length, args.dataset_num_proc, name="eval_dataset"
@@ -230,6 +237,8 @@ class SlimSpecTrainer(Trainer):
 
         # Drafter. One given by path loads in fp32 whatever it was saved in (a shipped drafter is bf16): the
         # optimiser's master weights must be fp32, or small updates round away; `bf16=True` etc. still apply.
+        if continual is not None and model is None and continual.has_weights(args.continual_dir):
+            model = args.continual_dir  # the run's latest weights, ahead of `drafter_model` where it started
         if model is None and args.drafter_model is not None:
             model = args.drafter_model
         if isinstance(model, str):
@@ -280,6 +289,8 @@ class SlimSpecTrainer(Trainer):
         )
         if args.max_train_seconds is not None:
             self.add_callback(TimeLimitCallback(args.max_train_seconds))
+        if continual_callback is not None:
+            self.add_callback(continual_callback)
         self.target.to(self.args.device)
         if self.args.features == "offline":
             self._cache_root = feature_cache_root(args, target, self._layer_ids)
@@ -435,6 +446,32 @@ class SlimSpecTrainer(Trainer):
                 f"The checkpoint {resume_from_checkpoint} does not fit the drafter: missing {missing}, unexpected "
                 f"{unexpected}."
             )
+
+
+def continue_in_order(train_dataset, state: ContinualState | None, args: SlimSpecConfig):
+    """The training set in the continual run's order from where `state` left it (read sequentially), and the
+    callback that writes the run folder back."""
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    if state is None:
+        state = ContinualState(data=args.dataset_path, seed=seed)
+    elif (state.data, state.seed) != (args.dataset_path, seed):
+        logger.warning(
+            "`continual_dir` %s was trained on another data order (%s, seed %d): the new order (%s, seed %d) starts "
+            "at its first conversation; the run's totals carry on.",
+            args.continual_dir,
+            state.data,
+            state.seed,
+            args.dataset_path,
+            seed,
+        )
+        state = dataclasses.replace(state, data=args.dataset_path, seed=seed, position=0)
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    steps = args.max_steps if args.max_steps > 0 else math.ceil(len(train_dataset) * args.num_train_epochs / per_step)
+    order = data_order(len(train_dataset), seed, state.position, steps * per_step)
+    lengths = [len(ids) for ids in train_dataset["input_ids"]]
+    args.train_sampling_strategy = "sequential"  # the order above is the run's; the sampler must keep it
+    callback = ContinualCallback(args.continual_dir, state, [lengths[i] for i in order], per_step)
+    return train_dataset.select(order), callback
 
 
 def drop_eval_conversations(train_dataset, eval_dataset):
