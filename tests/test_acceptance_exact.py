@@ -83,18 +83,25 @@ def drafter_logits(context: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(logits.tolist())
 
 
+class TableState:
+    """A drafter state whose level forwards return `drafter_logits` of each node's context."""
+
+    def forward_level(self, seqs, rows, trees, frontiers, level):
+        return [
+            _f64([drafter_logits(tuple(seq.ids[0].tolist() + tree.path_tokens(node))) for node in frontier])
+            for seq, tree, frontier in zip(seqs, trees, frontiers)
+        ]  # (F, V) per row
+
+
 class TableDrafter(TreeDrafter):
     """The package's tree drafting (`draft`, `expand`, `keep`) over a drafter whose logits are `drafter_logits`."""
 
     def __init__(self, shape: TreeShape):
-        super().__init__(None, shape, LogitsProcessing(None), do_sample=True, eos_ids=set())
-
-    def forward(self, seq, tree, frontier, level):
-        context = seq.ids[0].tolist()
-        return _f64([drafter_logits(tuple(context + tree.path_tokens(node))) for node in frontier])  # (F, V)
+        super().__init__(TableState(), shape, LogitsProcessing(None), do_sample=True, eos_ids=set())
 
     def round_tree(self, seq: DecodingSequence):
-        return self.draft(seq, _f64(drafter_logits(tuple(seq.ids[0].tolist()))), None, self.shape.depth)
+        root_logits = _f64([drafter_logits(tuple(seq.ids[0].tolist()))])  # (1, V)
+        return self.draft([seq], [0], root_logits, [None], [self.shape.depth])[0]
 
 
 def verify(seq: DecodingSequence, tree) -> TargetLogits:

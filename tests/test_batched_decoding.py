@@ -108,13 +108,13 @@ def test_per_row_rollback_is_what_keeps_rows_exact(monkeypatch):
     plain = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
     exact = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
     assert exact.tolist() == plain.tolist()
-    commit = verification_slimspec.BatchSlots.commit
+    commit = verification_slimspec.TargetSlots.commit
 
     def keep_everything(self, cache, positions, keeps):
         longest = max(int(keep.max()) for keep in keeps) + 1
         commit(self, cache, positions, [torch.arange(longest)] * len(keeps))
 
-    monkeypatch.setattr(verification_slimspec.BatchSlots, "commit", keep_everything)
+    monkeypatch.setattr(verification_slimspec.TargetSlots, "commit", keep_everything)
     broken = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
     assert broken.tolist() != plain.tolist()
 

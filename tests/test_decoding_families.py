@@ -6,7 +6,7 @@ exact distribution (χ²) on the sliding-window families, where trees see only e
 import pytest
 import torch
 
-from slimspec_hf import decoding_slimspec, verification_slimspec
+from slimspec_hf import decoding_slimspec
 from slimspec_hf.generation_slimspec import SlimSpecGenerationStats
 
 from .conftest import make_tiny_drafter
@@ -64,7 +64,7 @@ def test_trees_apply_each_layers_window(family, monkeypatch):
     drafter = make_tiny_drafter(target)
     ids = _prompt(target.config.vocab_size, 2 * WINDOW)
     plain = target.generate(ids, max_new_tokens=24, do_sample=False)
-    monkeypatch.setattr(verification_slimspec, "layer_windows", lambda config: None)
+    monkeypatch.setattr(decoding_slimspec, "layer_windows", lambda config: None)  # what the decoder reads
     fast = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, **MODES["tree"])
     assert fast.tolist() != plain.tolist()
 

@@ -124,29 +124,24 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
     target = make_live_target(seed=7)
     drafter = make_oracle_drafter(target)  # its runner-up is sometimes the right child: misses
-    batches, verified = [], []
-    call = TargetLogits.__call__
+    rounds = []  # every round's TargetLogits
+    logits_init = TargetLogits.__init__
 
-    def counting(self, node):
-        before = len(self.batches)
-        logits = call(self, node)
-        if len(self.batches) > before:
-            batches.append((node == ROOT, self.batches[-1]))
-            if node == ROOT:
-                verified.append(len(self.rows))
-        return logits
+    def watched(self, *args, **kwargs):
+        logits_init(self, *args, **kwargs)
+        rounds.append(self)
 
-    monkeypatch.setattr(TargetLogits, "__call__", counting)
+    monkeypatch.setattr(TargetLogits, "__init__", watched)
     ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
     plain = target.generate(ids, max_new_tokens=30, do_sample=False)
     drafter.teach(plain[0].tolist())
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
         plain.tolist()
     )
-    firsts = [n for root, n in batches if root]
+    firsts = [r.batches[0] for r in rounds]  # each round's first LM-head call: the root's
     assert firsts and all(n <= 1 + 4 + 3 for n in firsts)  # root + 4 children + a path below
-    assert any(not root for root, _ in batches)  # some walks left the likely path
-    assert sum(n for _, n in batches) < sum(verified)  # fewer LM-head rows than verified rows
+    assert any(len(r.batches) > 1 for r in rounds)  # some walks left the likely path
+    assert sum(sum(r.batches) for r in rounds) < sum(len(r.rows) for r in rounds)  # fewer rows than verified
 
     init = SpeculativeDecoder.__init__
 
@@ -155,19 +150,18 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
         self.lazy_head = False
 
     monkeypatch.setattr(SpeculativeDecoder, "__init__", eager_head)
-    batches.clear()
-    verified.clear()
+    rounds.clear()
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
         plain.tolist()
     )
-    assert [n for _, n in batches] == verified  # one batch per round, all rows
+    assert rounds and all(r.batches == [len(r.rows)] for r in rounds)  # one batch per round, all rows
 
     monkeypatch.setattr(decoding_slimspec, "plain_lm_head", lambda target: None)  # all rows through the target
-    batches.clear()
+    rounds.clear()
     assert tree_generate(target, ids, drafter, (16, 4, 4), max_new_tokens=30, do_sample=False).tolist() == (
         plain.tolist()
     )
-    assert not batches
+    assert rounds and not any(r.batches for r in rounds)
 
 
 def test_targets_with_logit_transforms_keep_their_own_forward():
@@ -253,15 +247,15 @@ def test_tree_forward_matches_each_path_run_as_a_chain():
     config = target.generation_config
     config.do_sample, config.max_length = False, 64
     settings = DraftSettings(draft_tree_size=20, draft_tree_depth=4, draft_tree_top_k=3)
-    decoder = SpeculativeDecoder(target, drafter, config, None, settings, cache=None)
+    seq = DecodingSequence(ids, None)
+    decoder = SpeculativeDecoder(target, drafter, config, None, settings, None, [seq])
     with torch.no_grad():
         out = target(ids, output_hidden_states=decoder.layer_ids)
-    seq = DecodingSequence(ids, None)
-    decoder.state.add_target_features(out.hidden_states, torch.arange(ids.shape[1] - 1))  # token 8 is the root
-    features = decoder.state.pending[0]
+    decoder.state.add_target_features(0, out.hidden_states, torch.arange(ids.shape[1] - 1))  # token 8 is the root
+    features = decoder.state.pending[0][0]
     with torch.no_grad():
-        root_logits, root_state = decoder.state.commit(seq)
-        tree = decoder.proposer.draft(seq, root_logits, root_state, max_depth=4)
+        root_logits, root_states = decoder.state.commit([seq])
+        (tree,) = decoder.proposer.draft([seq], [0], root_logits, root_states, [4])
     expanded = list(tree.slots)
     assert len(expanded) == 3 * 3  # levels 1..3, three nodes each
     assert all(len({tree.tokens[c] for c in range(len(tree.tokens)) if tree.parents[c] == n}) == 3 for n in expanded)

@@ -158,43 +158,25 @@ class DraftWatch:
         self.commits: list[tuple[list[int], torch.Tensor]] = []  # (real tokens up to the committed one, state)
         self.rounds: list[tuple[int, int, int]] = []  # (sequence length, deepest verified node, max_length)
         self.checked = 0  # commits checked so far
-        commit, batch_commit = drafting_slimspec.DrafterState.commit, drafting_slimspec.BatchDrafting.commit
-        verify, batch_verify = (
-            decoding_slimspec.SpeculativeDecoder.verify,
-            decoding_slimspec.BatchedSpeculativeDecoder.verify,
-        )
+        commit, verify = drafting_slimspec.DrafterState.commit, decoding_slimspec.SpeculativeDecoder.verify
 
-        def committed(seq, state, hidden):
-            end = state.committed + 1  # the state is the drafter's at position committed - 1: input token `committed`
-            self.commits.append((real_tokens(seq.ids[0, :end], seq.key_mask[:end]), hidden.clone()))
-
-        def one_commit(state, seq):
-            logits, hidden = commit(state, seq)
-            committed(seq, state, hidden)
-            return logits, hidden
-
-        def many_commits(drafting, seqs):
-            logits, hidden = batch_commit(drafting, seqs)
-            for i, (seq, state) in enumerate(zip(seqs, drafting.states)):
-                committed(seq, state, hidden[i])
+        def watched_commit(state, seqs):
+            logits, hidden = commit(state, seqs)
+            for i, seq in enumerate(seqs):
+                end = state.committed[i] + 1  # the state at position committed - 1: input token `committed`
+                self.commits.append((real_tokens(seq.ids[0, :end], seq.key_mask[:end]), hidden[i].clone()))
             return logits, hidden
 
         def depth(tree):
             return max((tree.depths[n] for n in tree.kept), default=0)
 
-        def one_verify(decoder, seq, tree):
-            self.rounds.append((seq.length, depth(tree), decoder.max_length))
-            return verify(decoder, seq, tree)
-
-        def many_verify(decoder, trees):
+        def watched_verify(decoder, trees):
             for b, tree in zip(decoder.active, trees):
-                self.rounds.append((decoder.seqs[b].length, depth(tree), decoder.rows[b].max_length))
-            return batch_verify(decoder, trees)
+                self.rounds.append((decoder.seqs[b].length, depth(tree), decoder.max_length))
+            return verify(decoder, trees)
 
-        monkeypatch.setattr(drafting_slimspec.DrafterState, "commit", one_commit)
-        monkeypatch.setattr(drafting_slimspec.BatchDrafting, "commit", many_commits)
-        monkeypatch.setattr(decoding_slimspec.SpeculativeDecoder, "verify", one_verify)
-        monkeypatch.setattr(decoding_slimspec.BatchedSpeculativeDecoder, "verify", many_verify)
+        monkeypatch.setattr(drafting_slimspec.DrafterState, "commit", watched_commit)
+        monkeypatch.setattr(decoding_slimspec.SpeculativeDecoder, "verify", watched_verify)
 
     def check(self, target, drafter) -> None:
         """Every commit's state equals a fresh drafter's; no verified node lies past the last token the call may

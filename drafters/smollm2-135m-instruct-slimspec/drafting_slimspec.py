@@ -265,45 +265,111 @@ class DraftTree:
 
 
 class DrafterState:
-    """The drafter's KV cache and the target features of accepted positions that are not in it yet.
+    """The drafter's KV cache over the B rows of a `generate()` call (B = 1 a batch of one) and, per row, the target
+    features of accepted positions that are not in it yet.
 
-    The cache holds only positions computed from the target's features (`committed`); the positions a round
-    drafts from the drafter's own states are dropped at the next commit, which appends the newly accepted
-    positions' target features. A round without a drafter call (prompt lookup alone) leaves the features
-    pending, so the cache is exactly what it would have been.
+    The cache holds only positions computed from the target's features (`committed[b]` of row b's sequence); the
+    positions a round drafts from the drafter's own states are dropped at the next commit, which appends every
+    row's newly accepted positions as one block, each row's padded in front to the longest row's (so every row's
+    last position is the block's last). `valid` (B, S) marks the slots that hold a row's positions: padding is never
+    attended to, and each row's RoPE positions come from its own sequence, so the padding changes no row's result.
+    A round without a drafter call (prompt lookup alone) leaves the features pending, so the cache is exactly what
+    it would have been.
     """
 
-    def __init__(self, drafter, layer_ids: list[int]):
+    def __init__(self, drafter, layer_ids: list[int], batch: int = 1):
         self.drafter = drafter
         self.layer_ids = list(layer_ids)
         self.cache = SlimSpecDrafterCache()
-        self.committed = 0
-        self.pending: list[torch.Tensor] = []  # (1, n, 3·d_t) blocks, oldest first
+        self.valid = torch.zeros((batch, 0), dtype=torch.bool)
+        self.committed = [0] * batch
+        self.pending: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # per row: (1, n, 3·d_t) blocks
 
-    def add_target_features(self, hidden_states, rows: torch.LongTensor | None = None) -> None:
-        """Stores the fused features of the accepted `rows` (all rows when None) of the target's last forward."""
+    def add_target_features(self, row: int, hidden_states, rows: torch.LongTensor | None = None) -> None:
+        """Stores for batch row `row` the fused features of the accepted `rows` (all when None) of `hidden_states`,
+        the target's states of that batch row."""
         picked = [hidden_states[i] if rows is None else hidden_states[i][:, rows] for i in self.layer_ids]
-        self.pending.append(torch.cat(picked, dim=-1))  # (1, n, 3·d_t)
+        self.pending[row].append(torch.cat(picked, dim=-1))  # (1, n, 3·d_t)
 
-    def commit(self, seq: DecodingSequence) -> tuple[torch.Tensor, torch.Tensor]:
-        """Runs the pending positions through the drafter; returns its logits (V,) and state (d,) at the last."""
-        drafter = self.drafter
-        features = torch.cat(self.pending, dim=1).to(device=drafter.device, dtype=drafter.dtype)
-        self.pending.clear()
-        start, n_new = self.committed, features.shape[1]
-        self.cache.crop(start)
-        mask = seq.key_mask[None, : start + n_new].to(drafter.device) if seq.padded else None
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keeps the batch rows `rows` (in that order): rows that finished leave the batch."""
+        index = torch.tensor(rows, dtype=torch.long)
+        self.committed = [self.committed[i] for i in rows]
+        self.pending = [self.pending[i] for i in rows]
+        self.valid = self.valid[index]
+        if self.cache.keys is not None:
+            index = index.to(self.cache.keys.device)
+            self.cache.keys = self.cache.keys.index_select(0, index)
+            self.cache.values = self.cache.values.index_select(0, index)
+
+    def commit(self, seqs: list[DecodingSequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs every row's pending positions through the drafter in one forward; returns each row's logits (B, V)
+        and state (B, d) at its last position."""
+        drafter, device = self.drafter, self.drafter.device
+        self.cache.crop(self.valid.shape[1])  # the last round's drafted positions go
+        blocks = [torch.cat(pending, dim=1) if pending else None for pending in self.pending]
+        counts = [0 if block is None else block.shape[1] for block in blocks]
+        width = max(max(counts), 1)
+        size = next(block.shape[-1] for block in blocks if block is not None)
+        features = torch.zeros((len(blocks), width, size), dtype=drafter.dtype, device=device)
+        ids = torch.zeros((len(blocks), width), dtype=torch.long)
+        positions = torch.zeros((len(blocks), width), dtype=torch.long)
+        new_valid = torch.zeros((len(blocks), width), dtype=torch.bool)
+        for i, (seq, block, n) in enumerate(zip(seqs, blocks, counts)):
+            start, pad = self.committed[i], width - n  # a row's new positions end the block: its last is the block's
+            positions[i] = int(seq.positions[max(start - 1, 0)])
+            if n:
+                features[i, pad:] = block[0].to(device=device, dtype=drafter.dtype)
+                ids[i, pad:] = seq.ids[0, start + 1 : start + 1 + n].cpu()  # x_{t+1} for each new t
+                positions[i, pad:] = seq.positions[start : start + n].cpu()
+                new_valid[i, pad:] = seq.key_mask[start : start + n].cpu()
+            self.pending[i].clear()
+            self.committed[i] += n
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
         out = drafter(
-            input_ids=seq.ids[:, start + 1 : start + 1 + n_new].to(drafter.device),  # x_{t+1} for each new t
+            input_ids=ids.to(device),
             target_features=features,
-            position_ids=seq.positions[None, start : start + n_new].to(drafter.device),
-            attention_mask=mask,
+            position_ids=positions.to(device),
+            attention_mask=None if bool(self.valid.all()) else self.valid.to(device).long(),
             cache=self.cache,
             use_cache=True,
             logits_to_keep=1,
         )
-        self.committed += n_new
-        return out.logits[0, -1], out.hidden_states[0, -1]
+        return out.logits[:, -1], out.hidden_states[:, -1]
+
+    def forward_level(self, seqs, rows: list[int], trees: list[DraftTree], frontiers: list[list[int]], level: int):
+        """One drafter forward over the frontiers of batch `rows` (every other row padding), each node fed its
+        parent's state and seeing its row's committed positions and its ancestors; returns each frontier's logits
+        (F, V)."""
+        drafter, device = self.drafter, self.drafter.device
+        batch, past, committed = self.valid.shape[0], self.cache.get_seq_length(), self.valid.shape[1]
+        width = max(len(f) for f in frontiers)
+        ids = torch.zeros((batch, width), dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        states = torch.zeros((batch, width, drafter.config.hidden_size), dtype=drafter.dtype, device=device)
+        allowed = torch.zeros((batch, 1, width, past + width), dtype=torch.bool)
+        allowed[:, 0, :, past + torch.arange(width)] = torch.eye(width, dtype=torch.bool)  # padding sees itself
+        for i, seq, tree, frontier in zip(rows, seqs, trees, frontiers):
+            allowed[i, 0, : len(frontier), :committed] = self.valid[i]
+            ids[i, : len(frontier)] = torch.tensor([tree.tokens[n] for n in frontier])
+            positions[i] = int(seq.positions[self.committed[i] - 1]) + level
+            for f, node in enumerate(frontier):
+                for ancestor in tree.path(tree.parents[node]):
+                    allowed[i, 0, f, tree.slots[ancestor]] = True
+                tree.slots[node] = past + f
+                states[i, f] = tree.states[tree.parents[node]]
+        out = drafter(
+            input_ids=ids.to(device),
+            hidden_states=states,
+            position_ids=positions.to(device),
+            attention_mask=None if width == 1 and bool(allowed.all()) else allowed.to(device),  # None: a chain
+            cache=self.cache,
+            use_cache=True,
+        )
+        for i, tree, frontier in zip(rows, trees, frontiers):
+            for f, node in enumerate(frontier):
+                tree.states[node] = out.hidden_states[i, f]
+        return [out.logits[i, : len(frontier)] for i, frontier in zip(rows, frontiers)]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -323,13 +389,13 @@ class TreeShape:
 
 
 class TreeDrafter:
-    """Drafts a round's tree level by level from the drafter's root logits and state.
+    """Drafts each row's tree level by level from the drafter's root logits and state, one drafter forward per
+    level over every row's frontier (`DrafterState.forward_level`).
 
     Every frontier node gets `top_k` children from the drafter's processed distribution q: its top-k when greedy,
     `top_k` i.i.d. draws when sampling (what keeps the multi-draft acceptance lossless). The `top_k` new nodes with
-    the highest cumulative log q become the next frontier and go through the drafter in one forward, each seeing
-    the committed cache and its ancestors. The best `size` nodes are kept (a child never outranks its parent, so
-    the kept set is a tree).
+    the highest cumulative log q become the next frontier, each seeing the committed cache and its ancestors. The
+    best `size` nodes are kept (a child never outranks its parent, so the kept set is a tree).
     """
 
     def __init__(
@@ -339,19 +405,34 @@ class TreeDrafter:
         self.processing, self.do_sample, self.eos_ids = processing, do_sample, eos_ids
         self.min_logq = float("-inf") if shape.threshold <= 0 else float(torch.tensor(shape.threshold).log())
 
-    def draft(self, seq: DecodingSequence, root_logits, root_state, max_depth: int) -> DraftTree:
-        tree = DraftTree()
-        tree.states[ROOT] = root_state
-        frontier, logits = [ROOT], root_logits[None]  # (F, V)
-        for level in range(1, max_depth + 1):
-            logits = self.processing.per_node(seq, tree, frontier, logits)
-            children = self.expand(tree, frontier, logits)
-            if level == max_depth or not children:
-                break
-            frontier = sorted(children, key=lambda n: -tree.scores[n])[: self.shape.top_k]
-            logits = self.forward(seq, tree, frontier, level)
-        tree.kept = self.keep(tree)
-        return tree
+    def draft(self, seqs, rows: list[int], root_logits, root_states, depths: list[int]) -> list[DraftTree]:
+        """The trees of batch `rows` (`seqs` every row's sequence, `root_logits` (B, V) and `root_states` (B, d)
+        every row's), each at most `depths[j]` deep."""
+        trees = [DraftTree() for _ in rows]
+        frontiers, logits = {}, {}
+        for j, i in enumerate(rows):
+            trees[j].states[ROOT] = root_states[i]
+            if depths[j] > 0:
+                frontiers[j], logits[j] = [ROOT], root_logits[i][None]  # (F, V)
+        level = 1
+        while frontiers:
+            growing = {}
+            for j, frontier in frontiers.items():
+                seq, tree = seqs[rows[j]], trees[j]
+                children = self.expand(tree, frontier, self.processing.per_node(seq, tree, frontier, logits[j]))
+                if level < depths[j] and children:
+                    growing[j] = sorted(children, key=lambda n: -tree.scores[n])[: self.shape.top_k]
+            if growing:
+                batch = list(growing)
+                level_logits = self.state.forward_level(
+                    [seqs[rows[j]] for j in batch], [rows[j] for j in batch], [trees[j] for j in batch],
+                    [growing[j] for j in batch], level,
+                )  # fmt: skip
+                logits = dict(zip(batch, level_logits))
+            frontiers, level = growing, level + 1
+        for tree in trees:
+            tree.kept = self.keep(tree)
+        return trees
 
     def expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor) -> list[int]:
         """Adds the children of every frontier node; returns those that may be expanded in turn."""
@@ -376,178 +457,14 @@ class TreeDrafter:
                 tree.proposals.setdefault(parent, []).append(Proposal(token, seen[token], None if q is None else q[f]))
         return expandable
 
-    def forward(self, seq: DecodingSequence, tree: DraftTree, frontier: list[int], level: int) -> torch.Tensor:
-        """One drafter forward over the frontier, each node fed its parent's state; returns its logits (F, V)."""
-        drafter, cache = self.state.drafter, self.state.cache
-        past, width = cache.get_seq_length(), len(frontier)
-        linear = width == 1 and past == self.state.committed + level - 1  # only ancestors in the cache
-        mask = None
-        if not linear or seq.padded:
-            allowed = torch.zeros((width, past + width), dtype=torch.bool)
-            allowed[:, : self.state.committed] = seq.key_mask[: self.state.committed].cpu()
-            for f, node in enumerate(frontier):
-                for ancestor in tree.path(tree.parents[node]):
-                    allowed[f, tree.slots[ancestor]] = True
-                allowed[f, past + f] = True
-            mask = allowed[None, None].to(drafter.device)
-        for f, node in enumerate(frontier):
-            tree.slots[node] = past + f
-        last_position = int(seq.positions[self.state.committed - 1])
-        out = drafter(
-            input_ids=torch.tensor([[tree.tokens[n] for n in frontier]], device=drafter.device),
-            hidden_states=torch.stack([tree.states[tree.parents[n]] for n in frontier])[None],  # (1, F, d)
-            position_ids=torch.full((1, width), last_position + level, device=drafter.device),
-            attention_mask=mask,
-            cache=cache,
-            use_cache=True,
-        )
-        for f, node in enumerate(frontier):
-            tree.states[node] = out.hidden_states[0, f]
-        return out.logits[0]  # (F, V)
-
     def keep(self, tree: DraftTree) -> list[int]:
         """The best `size` nodes by cumulative log q, parents before children (ties go to the shallower node)."""
         order = sorted(range(len(tree.tokens)), key=lambda n: (-tree.scores[n], tree.depths[n], n))
         return sorted(order[: self.shape.size], key=lambda n: (tree.depths[n], -tree.scores[n], n))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Batches: one drafter cache and one drafter forward per step for every row
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class BatchDrafting:
-    """The drafter side of a batch of B rows: one drafter KV cache (B, H, S, hd) and one drafter forward per step
-    for all rows, each row keeping its own bookkeeping (`DrafterState.pending` and `.committed`; the per-row
-    states' own caches stay unused).
-
-    A commit appends every row's newly accepted positions as one block, each row's padded in front to the longest
-    row's (so every row's last position is the block's last); `valid` (B, S) marks the slots that hold a row's
-    positions, so the padding is never attended to. Each row's positions come
-    from its own sequence (RoPE), so the padding changes no row's result. Drafted positions follow the committed
-    slots during a round and are dropped at the next commit. `rules` draft each row's tree (`TreeDrafter.expand`
-    and `.keep`); the levels' forwards run here.
-    """
-
-    def __init__(self, drafter, states: list["DrafterState"], rules: list["TreeDrafter"]):
-        self.drafter, self.states, self.rules = drafter, list(states), list(rules)
-        self.cache = SlimSpecDrafterCache()
-        self.valid = torch.zeros((len(states), 0), dtype=torch.bool)
-
-    def keep_rows(self, rows: list[int]) -> None:
-        """Keeps the batch rows `rows` (in that order): rows that finished leave the batch."""
-        index = torch.tensor(rows, dtype=torch.long)
-        self.states = [self.states[i] for i in rows]
-        self.rules = [self.rules[i] for i in rows]
-        self.valid = self.valid[index]
-        if self.cache.keys is not None:
-            index = index.to(self.cache.keys.device)
-            self.cache.keys = self.cache.keys.index_select(0, index)
-            self.cache.values = self.cache.values.index_select(0, index)
-
-    def commit(self, seqs: list[DecodingSequence]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Runs every row's pending positions through the drafter in one forward; returns each row's logits (B, V)
-        and state (B, d) at its last position (`DrafterState.commit` for B rows)."""
-        drafter, device = self.drafter, self.drafter.device
-        self.cache.crop(self.valid.shape[1])  # the last round's drafted positions go
-        blocks = [torch.cat(s.pending, dim=1) if s.pending else None for s in self.states]
-        counts = [0 if b is None else b.shape[1] for b in blocks]
-        width = max(max(counts), 1)
-        size = next(b.shape[-1] for b in blocks if b is not None)
-        features = torch.zeros((len(blocks), width, size), dtype=drafter.dtype, device=device)
-        ids = torch.zeros((len(blocks), width), dtype=torch.long)
-        positions = torch.zeros((len(blocks), width), dtype=torch.long)
-        new_valid = torch.zeros((len(blocks), width), dtype=torch.bool)
-        for i, (state, seq, block, n) in enumerate(zip(self.states, seqs, blocks, counts)):
-            start, pad = state.committed, width - n  # a row's new positions end the block: its last is the block's
-            positions[i] = int(seq.positions[max(start - 1, 0)])
-            if n:
-                features[i, pad:] = block[0].to(device=device, dtype=drafter.dtype)
-                ids[i, pad:] = seq.ids[0, start + 1 : start + 1 + n].cpu()  # x_{t+1} for each new t
-                positions[i, pad:] = seq.positions[start : start + n].cpu()
-                new_valid[i, pad:] = seq.key_mask[start : start + n].cpu()
-            state.pending.clear()
-            state.committed += n
-        self.valid = torch.cat([self.valid, new_valid], dim=1)
-        out = drafter(
-            input_ids=ids.to(device),
-            target_features=features,
-            position_ids=positions.to(device),
-            attention_mask=self.valid.to(device).long(),
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1], out.hidden_states[:, -1]
-
-    def draft(
-        self, seqs: list[DecodingSequence], rows: list[int], root_logits, root_states, depths: list[int]
-    ) -> list[DraftTree]:
-        """The trees of batch `rows` (`TreeDrafter.draft` for many rows): level by level, one drafter forward over
-        every row's frontier. Returns one tree per entry of `rows`."""
-        trees = [DraftTree() for _ in rows]
-        frontiers, logits = {}, {}
-        for j, i in enumerate(rows):
-            trees[j].states[ROOT] = root_states[i]
-            if depths[j] > 0:
-                frontiers[j], logits[j] = [ROOT], root_logits[i][None]
-        level = 1
-        while frontiers:
-            growing = {}
-            for j, frontier in frontiers.items():
-                rule, seq, tree = self.rules[rows[j]], seqs[rows[j]], trees[j]
-                children = rule.expand(tree, frontier, rule.processing.per_node(seq, tree, frontier, logits[j]))
-                if level < depths[j] and children:
-                    growing[j] = sorted(children, key=lambda n: -tree.scores[n])[: rule.shape.top_k]
-            if growing:
-                batch = list(growing)
-                level_logits = self.forward_level(
-                    [seqs[rows[j]] for j in batch], [rows[j] for j in batch], [trees[j] for j in batch],
-                    [growing[j] for j in batch], level,
-                )  # fmt: skip
-                logits = dict(zip(batch, level_logits))
-            frontiers, level = growing, level + 1
-        for j, tree in enumerate(trees):
-            tree.kept = self.rules[rows[j]].keep(tree)
-        return trees
-
-    def forward_level(self, seqs, rows: list[int], trees: list[DraftTree], frontiers: list[list[int]], level: int):
-        """One drafter forward over the frontiers of batch `rows` (every other row padding), each node fed its
-        parent's state and seeing its row's committed positions and its ancestors; returns each frontier's logits."""
-        drafter, device = self.drafter, self.drafter.device
-        batch, past, committed = self.valid.shape[0], self.cache.get_seq_length(), self.valid.shape[1]
-        width = max(len(f) for f in frontiers)
-        ids = torch.zeros((batch, width), dtype=torch.long)
-        positions = torch.zeros((batch, width), dtype=torch.long)
-        states = torch.zeros((batch, width, drafter.config.hidden_size), dtype=drafter.dtype, device=device)
-        allowed = torch.zeros((batch, 1, width, past + width), dtype=torch.bool)
-        allowed[:, 0, :, past + torch.arange(width)] = torch.eye(width, dtype=torch.bool)  # padding sees itself
-        for i, seq, tree, frontier in zip(rows, seqs, trees, frontiers):
-            allowed[i, 0, : len(frontier), :committed] = self.valid[i]
-            ids[i, : len(frontier)] = torch.tensor([tree.tokens[n] for n in frontier])
-            positions[i] = int(seq.positions[self.states[i].committed - 1]) + level
-            for f, node in enumerate(frontier):
-                for ancestor in tree.path(tree.parents[node]):
-                    allowed[i, 0, f, tree.slots[ancestor]] = True
-                tree.slots[node] = past + f
-                states[i, f] = tree.states[tree.parents[node]]
-        out = drafter(
-            input_ids=ids.to(device),
-            hidden_states=states,
-            position_ids=positions.to(device),
-            attention_mask=allowed.to(device),
-            cache=self.cache,
-            use_cache=True,
-        )
-        for i, tree, frontier in zip(rows, trees, frontiers):
-            for f, node in enumerate(frontier):
-                tree.states[node] = out.hidden_states[i, f]
-        return [out.logits[i, : len(frontier)] for i, frontier in zip(rows, frontiers)]
-
-
 __all__ = [
     "ROOT",
-    "BatchDrafting",
     "DecodingSequence",
     "LogitsProcessing",
     "LookupMatch",

@@ -6,6 +6,9 @@ its own code). Every prompt runs every system in turn (interleaved), with the sa
 
     OMP_NUM_THREADS=1 python experiments/decoding_core/compare_cores.py --old-commit 7f49308 \
         --dataset mt_bench --limit 1 --max-new-tokens 128 --temperature 0.7 --top-p 0.95 --dtype float32
+
+`--batch-size B` generates left-padded batches of B questions instead (every system each batch in turn; tokens
+counted per row up to its EOS, as `slimspec bench --batch-sizes` does).
 """
 
 import argparse
@@ -20,6 +23,7 @@ from transformers import AutoModelForCausalLM
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 import slimspec_hf
+from slimspec_hf.evaluation.batching import left_padded_batch, new_token_counts
 from slimspec_hf.evaluation.benchmark import default_questions_path, load_questions
 from slimspec_hf.evaluation.timing import encode_prompt, sampling_kwargs
 from slimspec_hf.paths import embedded_drafter_dir
@@ -45,6 +49,7 @@ def main():
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=1, help="questions per generate() call (left padded)")
     parser.add_argument(
         "--systems",
         default="default",
@@ -75,8 +80,13 @@ def main():
             questions.append(question)
     sample = sampling_kwargs(args.temperature, top_p=args.top_p, top_k=0 if args.temperature else None)
     totals = {name: {"tokens": 0, "seconds": 0.0, "rounds": 0, "accepted": 0} for name in systems}
-    for i, question in enumerate(questions):
-        inputs = encode_prompt(tokenizer, question["prompt"])
+    batches = [questions[i : i + args.batch_size] for i in range(0, len(questions), args.batch_size)]
+    eos = {tokenizer.eos_token_id}
+    for i, batch in enumerate(batches):
+        if args.batch_size == 1:
+            inputs = encode_prompt(tokenizer, batch[0]["prompt"])
+        else:
+            inputs = left_padded_batch(tokenizer, [q["prompt"] for q in batch], target.device)
         for name, (drafter, settings) in systems.items():
             torch.manual_seed(1000 + i)
             kwargs = dict(
@@ -88,17 +98,17 @@ def main():
             out = target.generate(**inputs, **kwargs)
             seconds = time.perf_counter() - start
             row = totals[name]
-            row["tokens"] += out.shape[1] - inputs["input_ids"].shape[1]
+            row["tokens"] += sum(new_token_counts(out, inputs["input_ids"].shape[1], eos))
             row["seconds"] += seconds
             if drafter is not None:
                 stats = drafter.last_generation_stats
                 row["rounds"] += stats.rounds
                 row["accepted"] += stats.accepted_tokens
-        print(f"prompt {i + 1}/{len(questions)} done", flush=True)
+        print(f"batch {i + 1}/{len(batches)} done", flush=True)
     base = totals["target"]["tokens"] / totals["target"]["seconds"]
     print(
-        f"\n{args.dataset}, {len(questions)} prompts × {args.max_new_tokens} tokens, T {args.temperature}, "
-        f"top-p {args.top_p}, {args.dtype}, {args.threads} thread(s)\n"
+        f"\n{args.dataset}, {len(questions)} prompts × {args.max_new_tokens} tokens, batches of {args.batch_size}, "
+        f"T {args.temperature}, top-p {args.top_p}, {args.dtype}, {args.threads} thread(s)\n"
     )
     print("| system | tok/s | vs target | τ |\n|---|---:|---:|---:|")
     for name, row in totals.items():

@@ -1,7 +1,7 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """The target's side of a SlimSpec round: its LM head on the rows the acceptance walk reaches, the attention masks
-that verify a tree (per layer type: sliding-window layers see only their window), and its KV cache rolled back to
-what was accepted — one sequence (`compact_cache`) or a batch sharing one cache (`BatchSlots`).
+that verify the rows' drafts (per layer type: sliding-window layers see only their window), and its KV cache rolled
+back to what each row accepted (`TargetSlots`; one cache for the B rows of a call, B = 1 a batch of one).
 
 Part of the remote-code unit: it imports only `torch` and its siblings (relatively).
 """
@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .drafting_slimspec import ROOT, DecodingSequence, DraftTree
+from .drafting_slimspec import ROOT, DraftTree
 
 
 # Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
@@ -23,7 +23,7 @@ _FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# One sequence: the LM head on demand, tree attention masks, cache compaction
+# The target's forward: hidden states, cache keyword, attention kernel, LM head
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -153,9 +153,9 @@ def layer_windows(config) -> int | None | dict[str, int | None]:
     return windows if len(windows) > 1 else next(iter(windows.values()))
 
 
-def tree_ancestors(tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_ancestors(tree: DraftTree) -> torch.Tensor:
     """Over the root and the kept nodes (n = kept + 1): which rows each row may see (itself and its ancestors),
-    (n, n) bool, and each row's depth (n,)."""
+    (n, n) bool."""
     size = len(tree.kept) + 1
     rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
     ancestors = torch.zeros((size, size), dtype=torch.bool)
@@ -163,20 +163,7 @@ def tree_ancestors(tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
     for node in tree.kept:  # parents come first
         ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
         ancestors[rows[node], rows[node]] = True
-    return ancestors, torch.tensor([0] + [tree.depths[n] for n in tree.kept])
-
-
-def tree_attention_mask(config, seq: DecodingSequence, tree: DraftTree, dtype) -> torch.Tensor | dict:
-    """Additive masks (1, 1, n, past + n) over the root and the kept nodes: each row sees the committed prefix and
-    its ancestors, within the layer's window (sequence index of a node: the root's + depth)."""
-    past, size = seq.length - 1, len(tree.kept) + 1
-    ancestors, depths = tree_ancestors(tree)
-    allowed = torch.cat([seq.key_mask[:past].cpu().expand(size, -1), ancestors], dim=1)  # (n, past + n)
-    distance = (past + depths)[:, None] - torch.cat([torch.arange(past), past + depths])[None]
-    masks = window_masks(layer_windows(config), allowed[None], distance[None], dtype)
-    if isinstance(masks, dict):
-        return {kind: mask.to(seq.ids.device) for kind, mask in masks.items()}
-    return masks.to(seq.ids.device)
+    return ancestors
 
 
 def window_masks(windows, allowed: torch.Tensor, distance: torch.Tensor, dtype) -> torch.Tensor | dict:
@@ -194,28 +181,8 @@ def window_masks(windows, allowed: torch.Tensor, distance: torch.Tensor, dtype) 
     return additive(windows)
 
 
-def compact_cache(cache, start: int, keep: torch.LongTensor) -> None:
-    """Keeps the first `start` positions of every layer, then the positions `start + keep` (in that order).
-
-    A prefix `keep` (0, 1, ..., a) is a crop. Otherwise the kept rows move down in place and the layer keeps a view
-    of the front: no copy of the whole cache (the next forward's `torch.cat` makes it contiguous again)."""
-    end = start + keep.numel()
-    if bool((keep == torch.arange(keep.numel())).all()):
-        surplus = cache.get_seq_length() - end
-        if surplus > 0:
-            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
-        return
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", False):
-            continue
-        index = keep.to(layer.keys.device) + start
-        layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # (B, H, n, d): gathered first, then written
-        layer.values[:, :, start:end] = layer.values.index_select(2, index)
-        layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# A batch sharing one target cache
+# The rows' shared cache: what each slot holds, rollback, masks
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -224,16 +191,20 @@ def row_states(hidden_states, row: int) -> tuple:
     return tuple(None if h is None else h[row : row + 1] for h in hidden_states)
 
 
-class BatchSlots:
-    """What each slot of a batch's shared target cache (B, H, S, d) holds: `valid` (B, S), whether the slot is one
-    of the row's tokens (False: left padding, or a node the row rejected), and `positions` (B, S), its position.
+class TargetSlots:
+    """What each slot of the target's cache (B, H, S, d) holds: `valid` (B, S), whether the slot is one of the row's
+    tokens (False: left padding, or a column a row left unused), and `positions` (B, S), its position.
 
-    Rows roll back without moving a key: a round appends every row's verified columns, `commit` marks the ones each
-    row accepted and crops the trailing columns no row accepted. Masks are built from these positions, so sliding
-    windows count a row's positions, not slots (full-attention targets take the 2-D `valid` mask)."""
+    A round verifies every row's root and kept nodes as columns after the cache; `commit` moves each row's accepted
+    columns to the front of the round's slots (in place, a gather over the round's columns only), marks the rest of
+    a shorter row's slots unused and crops what no row uses. With one row nothing is ever unused: the cache is
+    exactly plain decoding's. Masks are built from the positions, so sliding windows count a row's positions, not
+    slots.
+    """
 
     def __init__(self, valid: torch.Tensor, positions: torch.Tensor):
         self.valid, self.positions = valid.bool().cpu(), positions.cpu()
+        self.contiguous = True  # only left padding is unused: slots and positions advance together
 
     def keep_rows(self, cache, rows: list[int]) -> None:
         """Keeps the batch rows `rows` (in that order) in `cache` and here: rows that finished leave the batch."""
@@ -245,32 +216,45 @@ class BatchSlots:
                 layer.keys, layer.values = layer.keys.index_select(0, on), layer.values.index_select(0, on)
 
     def commit(self, cache, positions: torch.Tensor, keeps: list[torch.LongTensor]) -> None:
-        """After a round that verified columns at `positions` (B, W): row i keeps columns `keeps[i]`."""
-        width = positions.shape[1]
-        accepted = torch.zeros((len(keeps), width), dtype=torch.bool)
-        for i, keep in enumerate(keeps):
-            accepted[i, keep] = True
-        last = max(int(keep.max()) + 1 for keep in keeps)
-        if last < width:
-            cache.crop(-(width - last))  # transformers' crop takes the number of positions to drop, negated
-        self.valid = torch.cat([self.valid, accepted[:, :last]], dim=1)
-        self.positions = torch.cat([self.positions, positions[:, :last].cpu()], dim=1)
+        """After a round that verified columns at `positions` (B, W): row i keeps columns `keeps[i]` (the root, 0,
+        and its accepted path, in order)."""
+        start, counts = self.valid.shape[1], torch.tensor([keep.numel() for keep in keeps])
+        longest = int(counts.max())
+        index = torch.stack([torch.cat([keep, keep[-1:].expand(longest - keep.numel())]) for keep in keeps])
+        if not bool((index == torch.arange(longest)).all()):  # a prefix of every row stays where it is
+            for layer in cache.layers:
+                if not getattr(layer, "is_initialized", False):
+                    continue
+                at = (index + start).to(layer.keys.device)[:, None, :, None]
+                for name in ("keys", "values"):
+                    tensor = getattr(layer, name)  # (B, H, S, d): gathered first, then written
+                    tensor[:, :, start : start + longest] = tensor.gather(
+                        2, at.expand(-1, tensor.shape[1], -1, tensor.shape[3])
+                    )
+        surplus = cache.get_seq_length() - (start + longest)
+        if surplus > 0:
+            cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
+        used = torch.arange(longest)[None] < counts[:, None]
+        self.contiguous = self.contiguous and bool(used.all())
+        self.valid = torch.cat([self.valid, used], dim=1)
+        self.positions = torch.cat([self.positions, positions.cpu().gather(1, index)], dim=1)
 
-    def key_mask(self, trees: list[DraftTree], width: int) -> torch.Tensor:
-        """The 2-D mask (B, S + width) of a round whose drafts are all chains (the target adds causality)."""
-        nodes = torch.stack([torch.arange(width) <= len(tree.kept) for tree in trees])
-        return torch.cat([self.valid, nodes], dim=1).long()
-
-    def tree_masks(self, windows, trees: list[DraftTree], positions: torch.Tensor, dtype):
-        """Additive masks (B, 1, W, S + W) for the verified columns at `positions` (B, W): each node sees its
-        row's valid slots and its ancestors, within its layer's window (`windows`, from `layer_windows`); a padding
-        column sees itself. One mask per layer type where full and sliding-window layers mix."""
+    def masks(self, windows, trees: list[DraftTree], positions: torch.Tensor, dtype):
+        """The attention mask of a round verifying `trees` at `positions` (B, W): None or a 2-D key mask (B, S + W)
+        when every draft is a chain and slot order is position order for every layer (the target adds causality
+        and its windows), else additive masks (B, 1, W, S + W) — each node sees its row's valid slots and its
+        ancestors, within its layer's window (`windows`, from `layer_windows`; one mask per layer type where full
+        and sliding-window layers mix), a padding column sees itself."""
         (batch, slots), width = self.valid.shape, positions.shape[1]
+        if all(tree.is_chain() for tree in trees) and (windows is None or self.contiguous):
+            columns = torch.stack([torch.arange(width) <= len(tree.kept) for tree in trees])
+            keys = torch.cat([self.valid, columns], dim=1)
+            return None if bool(keys.all()) else keys.long()
         allowed = torch.zeros((batch, width, slots + width), dtype=torch.bool)
         allowed[:, :, :slots] = self.valid[:, None, :]
         allowed[:, torch.arange(width), slots + torch.arange(width)] = True
         for i, tree in enumerate(trees):
-            ancestors, _ = tree_ancestors(tree)
+            ancestors = tree_ancestors(tree)
             allowed[i, : len(ancestors), slots : slots + len(ancestors)] = ancestors
         queries = positions.cpu()
         distance = queries[:, :, None] - torch.cat([self.positions, queries], dim=1)[:, None, :]
@@ -295,17 +279,16 @@ def first_rows_in_one_call(targets: list[TargetLogits], head, hidden: torch.Tens
 
 
 __all__ = [
-    "first_rows_in_one_call",
-    "window_masks",
     "cache_keyword",
-    "shared_kv_heads",
-    "TREE_ATTENTION",
-    "compact_cache",
+    "captured_hidden_states",
+    "first_rows_in_one_call",
     "layer_windows",
-    "BatchSlots",
     "plain_lm_head",
     "row_states",
-    "tree_ancestors",
+    "shared_kv_heads",
     "TargetLogits",
-    "tree_attention_mask",
+    "TargetSlots",
+    "TREE_ATTENTION",
+    "tree_ancestors",
+    "window_masks",
 ]
