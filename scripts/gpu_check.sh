@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# slimspec-hf on a GPU host, in one command:   bash scripts/gpu_check.sh [slimspec gpu-check options]
+# slimspec-hf on a GPU host, in one command:   bash scripts/gpu_check.sh [scripts/gpu_check.py options]
 #
-# Sets up what the machine lacks, then runs `slimspec gpu-check` (device tests, bench-head, MT-Bench bench), every
+# Sets up what the machine lacks, then runs scripts/gpu_check.py (device tests, bench-head, MT-Bench bench), every
 # step time-boxed, within 8 minutes. Results go to $OUT if set, else
 # gpu-check-results/. See docs/gpu.md.
 #
@@ -38,7 +38,7 @@ started=$(date +%s)
 slimspec_setup
 say "setup took $(($(date +%s) - started)) s"
 
-timeout 540 "$PY" -m slimspec_hf.cli gpu-check --output-dir "$OUT_DIR" "$@"
+timeout 540 "$PY" scripts/gpu_check.py --output-dir "$OUT_DIR" "$@"
 status=$?
 say "gpu-check exit status $status after $(($(date +%s) - started)) s in all; results in $OUT_DIR"
 exit $status

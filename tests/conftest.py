@@ -84,7 +84,7 @@ def make_char_tokenizer():
 
 # -- the device the device tests run on (`SLIMSPEC_TEST_DEVICE=cuda` or `pytest --device cuda`; default cpu) ------
 # Tests marked `device` take the `device` fixture: the same tests run on the CPU in CI and on a GPU in
-# `slimspec gpu-check` (scripts/gpu_check.sh). `SLIMSPEC_DEVICE_REPORT=<file.jsonl>` collects what they measured.
+# `scripts/gpu_check.py` (scripts/gpu_check.sh). `SLIMSPEC_DEVICE_REPORT=<file.jsonl>` collects what they measured.
 
 
 # What a Hub user without this package runs: `slimspec_hf` cannot be imported, offline, a fresh HF cache.

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from slimspec_hf import HEAD_TYPES, SlimSpecDrafterConfig
@@ -10,7 +12,7 @@ def test_defaults_derive_from_hidden_size_and_target_layers():
     assert config.head_rank == 72
     assert config.target_layer_ids == [2, 15, 27]
     assert config.target_hidden_size == 576
-    assert config.ttt_steps is None and config.speculative_tokens == 3  # decoding settings: generation_config
+    assert config.ttt_steps is None  # decoding settings are the drafter's generation_config
     assert config.head_dim == 64
 
 
@@ -30,6 +32,17 @@ def test_round_trip(tmp_path):
     loaded = SlimSpecDrafterConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == config.to_dict()
     assert loaded.model_type == "slimspec_drafter"
+
+
+def test_config_json_of_an_earlier_release_gives_its_depth_as_ttt_steps(tmp_path):
+    """Checkpoints written before `ttt_steps` hold it as `num_speculative_tokens`, kept readable (the default
+    draft length of a drafter without generation_config.json)."""
+    config = SlimSpecDrafterConfig.from_target_config(tiny_target_config(), target_layer_ids=[1, 3, 5])
+    values = {k: v for k, v in config.to_dict().items() if k != "ttt_steps"}
+    (tmp_path / "config.json").write_text(json.dumps({**values, "num_speculative_tokens": 4}))
+    loaded = SlimSpecDrafterConfig.from_pretrained(tmp_path)
+    assert loaded.ttt_steps == 4 and loaded.num_speculative_tokens == 4
+    assert SlimSpecDrafterConfig(num_speculative_tokens=4, ttt_steps=2).ttt_steps == 2  # the current name wins
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Drafter and target on a device and in a dtype: the tests `slimspec gpu-check` runs on `cuda`, on the CPU in CI.
+"""Drafter and target on a device and in a dtype: the tests `scripts/gpu_check.py` runs on `cuda`, on the CPU in CI.
 
 Every test here takes the `device` fixture (cpu unless `SLIMSPEC_TEST_DEVICE` / `--device` say otherwise) and is
 marked `device`. Lossless decoding is asserted in fp32; in bf16/fp16 the batched verification rounds differently

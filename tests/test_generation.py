@@ -260,7 +260,7 @@ def test_acceptance_statistics_of_an_agreeing_drafter():
     assert stats.per_position_acceptance == [1.0] * 6
 
 
-def test_num_speculative_tokens_default_and_override():
+def test_num_assistant_tokens_default_and_override():
     target = make_counting_target()
     drafter = make_counting_drafter(target)
     drafter.wrong_every = 10_000

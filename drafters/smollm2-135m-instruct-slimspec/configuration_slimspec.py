@@ -5,6 +5,8 @@ This module imports only `transformers` so that `save_pretrained` can copy it ne
 drafter loads with `trust_remote_code=True` where `slimspec_hf` is not installed.
 """
 
+import sys
+import warnings
 from typing import Any
 
 from transformers import PreTrainedConfig
@@ -38,7 +40,8 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
         norm_before_residual (`bool`): take the layer's residual after `hidden_norm` (speculators variant).
         ttt_steps (`int`, *optional*): the training-time-test depth the drafter was trained with (EAGLE-3's
             unrolled drafting steps); engines that draft chains of their own (vLLM) take it as their default number
-            of speculative tokens. Decoding settings are not here: they are the drafter's `generation_config`.
+            of speculative tokens. Checkpoints written before this name hold it as `num_speculative_tokens`, read
+            here. Decoding settings are not here: they are the drafter's `generation_config`.
         target_model_name_or_path (`str`): the target the drafter was trained for.
     """
 
@@ -88,6 +91,10 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
             self.target_layer_ids = [int(i) for i in self.target_layer_ids]
         if self.head_type == "low_rank" and self.head_rank is None:
             self.head_rank = max(1, self.hidden_size // 8)
+        # Checkpoints written before `ttt_steps` hold the depth as `num_speculative_tokens`; the key stays readable
+        # as an attribute (`draft_generation_config` takes it as the default draft length of such a checkpoint).
+        if self.ttt_steps is None and kwargs.get("num_speculative_tokens") is not None:
+            self.ttt_steps = int(kwargs["num_speculative_tokens"])
         super().__post_init__(**kwargs)
         self._validate()
 
@@ -125,12 +132,6 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
             raise ValueError(f"`ttt_steps` ({self.ttt_steps}) must be None or at least 1.")
         if self.hidden_size % self.num_attention_heads != 0 and self.head_dim * self.num_attention_heads == 0:
             raise ValueError(f"`hidden_size` ({self.hidden_size}) and `num_attention_heads` do not fit.")
-
-    @property
-    def speculative_tokens(self) -> int:
-        """Tokens an engine drafting chains of its own (vLLM) proposes per round by default: the TTT depth (a
-        checkpoint written before that name holds the value as `num_speculative_tokens`)."""
-        return int(self.ttt_steps or getattr(self, "num_speculative_tokens", None) or 3)
 
     @classmethod
     def from_target_config(cls, target_config: Any, **overrides) -> "SlimSpecDrafterConfig":
@@ -172,4 +173,53 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
         return cls(**values)
 
 
-__all__ = ["SlimSpecDrafterConfig", "HEAD_TYPES"]
+def validate_pairing(drafter, target) -> None:
+    """Fails loudly where the drafter's config does not fit the target's (`drafter.config` against
+    `target.config`): a mismatch would silently collapse acceptance."""
+    cfg = drafter.config
+    tcfg = target.config.get_text_config()
+    if tcfg.vocab_size != cfg.vocab_size:
+        raise ValueError(
+            f"The drafter's vocab_size ({cfg.vocab_size}) differs from the target's ({tcfg.vocab_size}); "
+            "SlimSpec drafters share the target's vocabulary. Use a drafter trained for this target."
+        )
+    if tcfg.hidden_size != cfg.target_hidden_size:
+        raise ValueError(
+            f"The drafter expects target_hidden_size {cfg.target_hidden_size}, the target has hidden_size "
+            f"{tcfg.hidden_size}. Use a drafter trained for this target."
+        )
+    if cfg.target_layer_ids is None:
+        raise ValueError("The drafter config has no `target_layer_ids`; set them (indices into hidden_states).")
+    bad = [i for i in cfg.target_layer_ids if not 0 <= i <= tcfg.num_hidden_layers]
+    if bad:
+        raise ValueError(
+            f"The drafter's target_layer_ids {cfg.target_layer_ids} include {bad}, beyond the target's "
+            f"{tcfg.num_hidden_layers} layers (valid: 0..{tcfg.num_hidden_layers}, indices into hidden_states)."
+        )
+    # The structure decides, not the name: the same target loaded from a local folder or a cache path is the same
+    # target. Vocabulary and width are checked above; a different depth means another model of the family.
+    trained_layers = getattr(cfg, "target_num_hidden_layers", None)
+    if trained_layers is not None and trained_layers != tcfg.num_hidden_layers:
+        # Point the warning at the caller's code: the first frame outside transformers, torch and this package
+        # (`transformers_modules.*` when loaded as remote code).
+        frame, level = sys._getframe(1), 2
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(
+            ("transformers", "torch", "slimspec_hf")
+        ):
+            frame, level = frame.f_back, level + 1
+        expected = cfg.target_model_name_or_path or "its target"
+        actual = getattr(target.config, "_name_or_path", None) or type(target).__name__
+        warnings.warn(
+            f"This drafter was trained for {expected!r} ({trained_layers} layers) but is paired with {actual!r} "
+            f"({tcfg.num_hidden_layers} layers, same vocabulary and width); acceptance may be low. Use the drafter "
+            "trained for this target.",
+            UserWarning,
+            stacklevel=level if frame is not None else 2,
+        )
+
+
+def is_slimspec_drafter(model) -> bool:
+    return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
+
+
+__all__ = ["SlimSpecDrafterConfig", "HEAD_TYPES", "is_slimspec_drafter", "validate_pairing"]

@@ -63,9 +63,9 @@ def store_column_major(weight: nn.Parameter) -> None:
     """Keeps a head's (out×in) weight in column-major memory order: same values, name and checkpoint.
 
     `F.linear` then runs (…, in) @ (in, out), streaming the weight at memory bandwidth. With the row-major layout
-    of `nn.Linear`, each logit of a rank-r head is an r-long dot product and CPU BLAS reaches only ~0.4 of the MAC
-    limit at batch 1; column-major W_up reaches 0.80–1.17, and the fp32 full head gets 1.2–1.7x faster too
-    (docs/head_benchmark.md). Every head gets the same treatment so that head comparisons stay fair.
+    of `nn.Linear`, each logit of a rank-r head is an r-long dot product, which CPU BLAS runs far below the MAC
+    limit at batch 1; column-major, W_up gets close to it and the fp32 full head gets faster too (figures:
+    docs/head_benchmark.md). Every head gets the same treatment so that head comparisons stay fair.
     """
     if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
         weight.data = weight.data.t().contiguous().t()

@@ -61,9 +61,7 @@ def shared_kv_heads():
     transformers' sdpa attention copies a grouped-query target's keys and values once per query head (`repeat_kv`:
     the whole cache, every layer) whenever a mask is passed and more than one token is queried — every tree, padded
     or batched verification — unless `TRANSFORMERS_SDPA_FORCE_GQA=1`, which its `use_gqa_in_sdpa` reads per call
-    from transformers 5.23 on (`tests/test_decoding_slimspec.py` fails if it stops doing so; earlier releases
-    copy). Measured on SmolLM2 (bf16, 1 thread): a batch of 4 decoding chains of 1 went from 0.93x to 1.26x of plain
-    batched `generate()` in one pair of runs."""
+    from transformers 5.23 on (earlier releases copy; docs/decoding.md has what it saves)."""
     previous = os.environ.get(_FORCE_GQA)
     os.environ[_FORCE_GQA] = "1"
     try:
@@ -220,8 +218,10 @@ class TargetSlots:
         and its accepted path, in order)."""
         start, counts = self.valid.shape[1], torch.tensor([keep.numel() for keep in keeps])
         longest = int(counts.max())
-        index = torch.stack([torch.cat([keep, keep[-1:].expand(longest - keep.numel())]) for keep in keeps])
-        if not bool((index == torch.arange(longest)).all()):  # a prefix of every row stays where it is
+        index = torch.arange(longest).repeat(len(keeps), 1)  # a row's unused slots keep their columns
+        for i, keep in enumerate(keeps):
+            index[i, : keep.numel()] = keep
+        if not bool((index == torch.arange(longest)).all()):  # rows that kept a prefix need no move
             for layer in cache.layers:
                 if not getattr(layer, "is_initialized", False):
                     continue

@@ -1,8 +1,9 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """The `slimspec` command. Each sub-command lives in `slimspec_hf/commands/` and is imported lazily.
 
-`main` is the one error boundary: an expected failure prints `slimspec <command>: error: <message>` and exits 2;
-`slimspec --debug <command> ...` (or `SLIMSPEC_DEBUG=1`) shows the traceback instead.
+`main` runs each sub-command inside `commands.common.run_command`: an expected failure prints
+`slimspec <command>: error: <message>` and exits 2; `slimspec --debug <command> ...` (or `SLIMSPEC_DEBUG=1`) shows the
+traceback instead.
 """
 
 import importlib
@@ -32,10 +33,6 @@ COMMANDS = {
     "bench-verify": (
         "slimspec_hf.commands.bench_verify:main",
         "time the target verifying 1..N tokens, fp32 vs bf16 (what makes speculation pay)",
-    ),
-    "gpu-check": (
-        "slimspec_hf.commands.gpu_check:main",
-        "on a GPU: device tests, LM-head timings, MT-Bench speed-up; time-boxed, results in one folder",
     ),
     "choose-rank": (
         "slimspec_hf.commands.choose_rank:main",

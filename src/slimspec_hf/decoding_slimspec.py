@@ -15,19 +15,9 @@ One round:
 A call with B prompts runs the same round for every row at once (batch 1 is a batch of one): one drafter forward
 per tree level and one target forward for all rows, each row accepting on its own.
 
-Acceptance:
-- Greedy: a node is accepted when it equals the target's argmax (after the logits processors) at its parent, so the
-  output is exactly plain greedy decoding (in fp32; bf16 batched rows may round differently near ties).
-- Sampling: a node's proposals are tested in order with SpecInfer's multi-draft speculative sampling: accept x_i with
-  probability min(1, p(x_i)/q_i(x_i)); on rejection p <- norm(max(p - q_i, 0)) and try x_{i+1}; if all are rejected,
-  sample from the residual p. Deterministic drafts (lookup) come first with q_i one-hot (accepted with probability
-  p(x), then p(x) <- 0); the drafter's children follow as drawn, i.i.d. from its q. Each proposal is independent of
-  the earlier rejections, so by the single-draft argument applied recursively the emitted token is distributed
-  exactly as p (SpecInfer, Miao et al. 2023, Thm 4.2). The tree's shape (what is expanded or kept) comes from
-  drafter scores only and never changes the rule: a drawn child pruned from the tree (or a repeated draw) stays in
-  the sequence of proposals; if a pruned child is accepted it is emitted and the round ends there (the target has
-  no logits below it). Deterministic top-k children with the plain rejection rule would NOT be lossless; top-k is
-  used for greedy only.
+Acceptance (`accept`): greedy, a node is accepted when it equals the target's argmax at its parent (after the logits
+processors), so fp32 output is exactly plain greedy decoding; sampling, multi-draft speculative sampling over each
+node's proposals (`sample_child`). Why either is lossless: docs/decoding.md.
 
 Part of the remote-code unit: it imports only `torch`, `transformers` and its siblings (relatively).
 """
@@ -37,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from .configuration_slimspec import is_slimspec_drafter
 from .drafting_slimspec import (
     ROOT,
     DecodingSequence,
@@ -55,7 +46,6 @@ from .generation_slimspec import (
     bound_generate_arguments,
     check_batch,
     check_decoding_inputs,
-    is_slimspec_drafter,
 )
 from .verification_slimspec import (
     TREE_ATTENTION,
@@ -96,8 +86,11 @@ def accepts(p_token: float, q_token: float) -> bool:
 
 
 def sample_child(scores: torch.Tensor, proposals: list[Proposal]) -> tuple[int, int | None]:
-    """Multi-draft speculative sampling at one node: the token emitted and the proposal's node (None: drawn from
-    the residual, no proposal accepted). `scores` (V,) are the target's processed logits."""
+    """Multi-draft speculative sampling at one node (SpecInfer, Miao et al. 2023): the token emitted and the
+    proposal's node (None: drawn from the residual, no proposal accepted). `scores` (V,) are the target's processed
+    logits. Proposals are tested in order, x_i accepted with probability min(1, p(x_i)/q_i(x_i)), else
+    p <- norm(max(p - q_i, 0)); lookup drafts come first with q one-hot, the drafter's draws follow as drawn (i.i.d.
+    from q, pruned and repeated draws included). Deterministic top-k children would NOT be lossless here."""
     p = torch.softmax(scores, dim=-1)
     for proposal in proposals:
         x = proposal.token
@@ -116,7 +109,9 @@ def sample_child(scores: torch.Tensor, proposals: list[Proposal]) -> tuple[int, 
 
 
 def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, processing, do_sample: bool) -> Acceptance:
-    """Walks the tree from the root while the target accepts (see the module docstring for the rules)."""
+    """Walks the tree from the root while the target accepts: greedy, the child that is the target's argmax;
+    sampling, the child `sample_child` accepts (a pruned child is emitted and ends the round: the target has no
+    logits below it)."""
     children, kept = tree.kept_children(), set(tree.kept)
     node, path, raw, scores = ROOT, [], [], []
     while True:
@@ -465,7 +460,7 @@ def slimspec_generate(
     stopping_criteria,
     generation_config,
     drafter=None,
-    draft_settings: dict | None = None,
+    draft_settings: dict | DraftSettings | None = None,
     draft_streamer=None,
     **model_kwargs,
 ):
@@ -473,15 +468,16 @@ def slimspec_generate(
 
     The `custom_generate` callable behind `generate(assistant_model=drafter)`, usable directly (and from the
     Hub-ready `custom_generate/` folder). `generate()` forwards neither `assistant_model` nor `streamer` to a
-    callable, so the drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`;
-    the drafter's `generation_config` supplies the rest) and a streamer as `draft_streamer=` (which then also
-    receives the prompt, as `generate()` would have done).
+    callable, so the drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`,
+    the drafter's `generation_config` supplying the rest; or `DraftSettings` already resolved for this call) and a
+    streamer as `draft_streamer=` (which then also receives the prompt, as `generate()` would have done).
     """
     if not is_slimspec_drafter(drafter):
         raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
-    settings = DraftSettings.resolve(
-        drafter.generation_config, draft_settings, bool(generation_config.do_sample), input_ids.shape[0] > 1
-    )
+    settings = draft_settings
+    if not isinstance(settings, DraftSettings):
+        sampled, batched = bool(generation_config.do_sample), input_ids.shape[0] > 1
+        settings = DraftSettings.resolve(drafter.generation_config, draft_settings, sampled, batched)
     if draft_streamer is not None:
         draft_streamer.put(input_ids.cpu())
     return speculative_decoding(
@@ -505,8 +501,10 @@ def generate_with_drafter(drafter, generate, arguments: dict):
     settings = DraftSettings.explicit(arguments.get("generation_config"), arguments)
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
     batch = ids.shape[0] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else 1
-    # bad values fail here, before any forward
-    resolved = DraftSettings.resolve(drafter.generation_config, settings, batched=batch > 1)
+    # resolved once, here, so that bad values fail before any forward: `do_sample` as `generate()` will see it
+    config = arguments.get("generation_config") or target.generation_config
+    sampled = bool(arguments.get("do_sample", getattr(config, "do_sample", False)))
+    resolved = DraftSettings.resolve(drafter.generation_config, settings, sampled, batched=batch > 1)
     arguments.pop("assistant_model")
     if 0 < resolved.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
         drafter.last_generation_stats = SlimSpecGenerationStats()
@@ -517,7 +515,7 @@ def generate_with_drafter(drafter, generate, arguments: dict):
         **arguments,
         custom_generate=slimspec_generate,
         drafter=drafter,
-        draft_settings=settings,
+        draft_settings=resolved,
         draft_streamer=streamer,
     )
 

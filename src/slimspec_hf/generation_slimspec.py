@@ -10,15 +10,13 @@ it is built or loaded (`SlimSpecDrafterPreTrainedModel.__init__`); importing a m
 
 import functools
 import inspect
-import sys
-import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache
 
-from .configuration_slimspec import SlimSpecDrafterConfig
+from .configuration_slimspec import validate_pairing
 from .drafting_slimspec import LogitsProcessing, is_row_wise
 from .verification_slimspec import TREE_ATTENTION, layer_windows
 
@@ -281,54 +279,6 @@ def check_drafter_placement(target, drafter) -> None:
         )
 
 
-def validate_pairing(drafter, target: PreTrainedModel) -> None:
-    """Fails loudly where a mismatch would silently collapse acceptance."""
-    cfg = drafter.config
-    tcfg = target.config.get_text_config()
-    if tcfg.vocab_size != cfg.vocab_size:
-        raise ValueError(
-            f"The drafter's vocab_size ({cfg.vocab_size}) differs from the target's ({tcfg.vocab_size}); "
-            "SlimSpec drafters share the target's vocabulary. Use a drafter trained for this target."
-        )
-    if tcfg.hidden_size != cfg.target_hidden_size:
-        raise ValueError(
-            f"The drafter expects target_hidden_size {cfg.target_hidden_size}, the target has hidden_size "
-            f"{tcfg.hidden_size}. Use a drafter trained for this target."
-        )
-    if cfg.target_layer_ids is None:
-        raise ValueError("The drafter config has no `target_layer_ids`; set them (indices into hidden_states).")
-    bad = [i for i in cfg.target_layer_ids if not 0 <= i <= tcfg.num_hidden_layers]
-    if bad:
-        raise ValueError(
-            f"The drafter's target_layer_ids {cfg.target_layer_ids} include {bad}, beyond the target's "
-            f"{tcfg.num_hidden_layers} layers (valid: 0..{tcfg.num_hidden_layers}, indices into hidden_states)."
-        )
-    # The structure decides, not the name: the same target loaded from a local folder or a cache path is the same
-    # target. Vocabulary and width are checked above; a different depth means another model of the family.
-    trained_layers = getattr(cfg, "target_num_hidden_layers", None)
-    if trained_layers is not None and trained_layers != tcfg.num_hidden_layers:
-        # Point the warning at the caller's code: the first frame outside transformers, torch and this package
-        # (`transformers_modules.*` when loaded as remote code).
-        frame, level = sys._getframe(1), 2
-        while frame is not None and frame.f_globals.get("__name__", "").startswith(
-            ("transformers", "torch", "slimspec_hf")
-        ):
-            frame, level = frame.f_back, level + 1
-        expected = cfg.target_model_name_or_path or "its target"
-        actual = getattr(target.config, "_name_or_path", None) or type(target).__name__
-        warnings.warn(
-            f"This drafter was trained for {expected!r} ({trained_layers} layers) but is paired with {actual!r} "
-            f"({tcfg.num_hidden_layers} layers, same vocabulary and width); acceptance may be low. Use the drafter "
-            "trained for this target.",
-            UserWarning,
-            stacklevel=level if frame is not None else 2,
-        )
-
-
-def is_slimspec_drafter(model) -> bool:
-    return getattr(getattr(model, "config", None), "model_type", None) == SlimSpecDrafterConfig.model_type
-
-
 # what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
 _KNOWN_MODEL_KWARGS = {
     "attention_mask",
@@ -428,7 +378,7 @@ def install_generation_hook() -> None:
 
     transformers has no registry for assistants (it dispatches its own by hand), so `GenerationMixin.generate` — the
     public method, with a documented signature — is wrapped once. The wrapper binds the call's arguments by name
-    and hands a call whose `assistant_model` has a `slimspec_generate` method (and that names no `custom_generate`
+    and hands a call whose `assistant_model` has a `generate_as_assistant` method (and that names no `custom_generate`
     of its own) to that method, which calls the
     original `generate` back with `custom_generate=` (transformers' public route for decoding loops: it prepares
     the inputs, processors, stopping criteria and cache, then calls the loop). Every other call goes to the
@@ -445,7 +395,8 @@ def install_generation_hook() -> None:
     def generate(self, *args, **kwargs):
         arguments = signature.bind_partial(self, *args, **kwargs).arguments
         assistant = arguments.get("assistant_model")
-        route = getattr(assistant, "slimspec_generate", None)
+        # drafters whose code predates the method's name route through `slimspec_generate`
+        route = getattr(assistant, "generate_as_assistant", None) or getattr(assistant, "slimspec_generate", None)
         if route is not None and arguments.get("custom_generate") is None:  # a caller's own loop comes first
             return route(original, arguments)
         if arguments.get("custom_generate") is None:  # a caller's own loop may take SlimSpec settings
@@ -486,7 +437,5 @@ __all__ = [
     "draft_generation_config",
     "GENERATE_PARAMETERS",
     "SlimSpecGenerationStats",
-    "validate_pairing",
     "install_generation_hook",
-    "is_slimspec_drafter",
 ]

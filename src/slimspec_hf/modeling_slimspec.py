@@ -238,7 +238,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
         # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
         self.generation_config = draft_generation_config(config)
-        install_generation_hook()  # idempotent: `target.generate(..., assistant_model=self)` reaches slimspec_generate
+        install_generation_hook()  # idempotent: `target.generate(..., assistant_model=self)` reaches generate_as_assistant
 
     # -- borrowing from the target -----------------------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module | None:
@@ -257,7 +257,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
             self.lm_head.set_target_head(target.get_output_embeddings())
         return self
 
-    def slimspec_generate(self, generate, arguments: dict):
+    def generate_as_assistant(self, generate, arguments: dict):
         """Runs a `target.generate(..., assistant_model=self)` call (bound by name by the wrapper that
         `install_generation_hook` puts on `GenerationMixin.generate`) with this drafter's decoding loop."""
         return generate_with_drafter(self, generate, arguments)

@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The one target loader: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct.
+"""The target loader: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct.
 
 Inference loads in dtype "auto" (see [`resolve_dtype`]): bf16 where the device computes it natively, else fp32;
 the drafter follows the target. Training asks for fp32 explicitly (its optimiser keeps fp32 master weights).

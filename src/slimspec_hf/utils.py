@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""Small helpers shared by every layer: the one atomic writer.
+"""Small helpers shared by every layer: the atomic writer.
 
 A reader (another process, a resumed run, a crash) must see a file either whole or not at all: everything the
 package writes goes to a temporary file in the same folder (so the rename stays on one filesystem) and is then

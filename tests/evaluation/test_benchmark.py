@@ -17,6 +17,13 @@ from slimspec_hf.evaluation.cost_model import speedup
 from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
+def _drafter(target, k: int, **overrides):
+    """A tiny drafter trained (`ttt_steps`) and set (`num_assistant_tokens`) to draft k tokens per round."""
+    drafter = make_tiny_drafter(target, ttt_steps=k, **overrides)
+    drafter.generation_config.num_assistant_tokens = k
+    return drafter
+
+
 def _questions_file(path):
     rows = [
         {"question_id": 81, "category": "writing", "turns": ["Write a poem about the sea.", "Now shorter."]},
@@ -107,8 +114,8 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
     target_dir, low_dir, full_dir, out = (tmp_path / n for n in ("target", "low", "full", "out"))
     target.save_pretrained(target_dir)
     tokenizer.save_pretrained(target_dir)
-    make_tiny_drafter(target, num_speculative_tokens=3).save_pretrained(low_dir)
-    make_tiny_drafter(target, seed=2, head_type="full", num_speculative_tokens=3).save_pretrained(full_dir)
+    _drafter(target, 3).save_pretrained(low_dir)
+    _drafter(target, 3, seed=2, head_type="full").save_pretrained(full_dir)
     questions = _questions_file(tmp_path / "q.jsonl")
 
     rc = main(
@@ -183,16 +190,12 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
 def test_greedy_records_same_tokens_for_every_system(tmp_path):
     """Greedy speculative decoding is lossless: every system (confidence-stopped drafting too) generates the same
     number of tokens per question."""
-    from slimspec_hf.evaluation.benchmark import run_benchmark
+    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, run_benchmark
 
     target = make_tiny_target(eos_token_id=1)
-    drafter = make_tiny_drafter(target, num_speculative_tokens=2)
+    drafter = _drafter(target, 2)
     questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa"])
-    report = run_benchmark(
-        target,
-        make_char_tokenizer(),
-        {"low": drafter},
-        questions,
+    settings = BenchmarkSettings(
         temperatures=(0.0,),
         max_new_tokens=10,
         prompt_lookup=2,
@@ -201,6 +204,7 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
         timing_repeats=1,
         progress=False,
     )
+    report = run_benchmark(target, make_char_tokenizer(), {"low": drafter}, questions, settings)
     assert report["config"]["systems"] == ["target", "low", "low@p0.5", "prompt_lookup"]
     assert report["config"]["confidence_thresholds"] == [0.5]
     # the variant shares its drafter's head costs and gets its own model-index entry
@@ -216,10 +220,10 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
 def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
     """`--draft-tree 4/2/2 --draft-lookup`: per drafter a chain, a hybrid chain, a tree and a hybrid tree, all
     generating the target's greedy tokens."""
-    from slimspec_hf.evaluation.benchmark import build_systems, run_benchmark
+    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, build_systems, run_benchmark
 
     target = make_tiny_target(eos_token_id=1)
-    drafter = make_tiny_drafter(target, num_speculative_tokens=2)
+    drafter = _drafter(target, 2)
     systems = build_systems({"low": drafter}, draft_lookup=True, draft_trees=((4, 2, 2), (8, 3, 4)))
     assert [s.name for s in systems] == [
         "target",
@@ -247,11 +251,7 @@ def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
     ].generate_kwargs
 
     questions = load_questions(_questions_file(tmp_path / "q.jsonl"), categories=["qa", "coding"])
-    report = run_benchmark(
-        target,
-        make_char_tokenizer(),
-        {"low": drafter},
-        questions,
+    settings = BenchmarkSettings(
         temperatures=(0.0,),
         max_new_tokens=10,
         draft_lookup=True,
@@ -260,6 +260,7 @@ def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
         timing_repeats=1,
         progress=False,
     )
+    report = run_benchmark(target, make_char_tokenizer(), {"low": drafter}, questions, settings)
     assert report["config"]["draft_trees"] == [[4, 2, 2]]
     assert report["config"]["systems"] == ["target", "low+lookup", "low", "low+tree4/2/2", "low+tree4/2/2+lookup"]
     by_question = {}
@@ -281,3 +282,17 @@ def test_draft_tree_flag_parses_shapes_and_refuses_others(capsys):
         assert (
             f"expected SIZE/DEPTH/TOPK, three positive integers (e.g. 16/4/4), got '{bad}'" in capsys.readouterr().err
         )
+
+
+@pytest.mark.parametrize("flag", ["--num-assistant-tokens", "-k", "--num-speculative-tokens"])
+def test_draft_length_flag_and_its_deprecated_alias_set_num_assistant_tokens(flag):
+    from slimspec_hf.commands.bench import build_parser
+
+    assert build_parser().parse_args([]).num_assistant_tokens is None  # each drafter's own
+    if flag == "--num-speculative-tokens":  # the old spelling: still parsed, with a warning, hidden from --help
+        with pytest.warns(FutureWarning, match="--num-assistant-tokens"):
+            args = build_parser().parse_args([flag, "3"])
+        assert flag not in build_parser().format_help()
+    else:
+        args = build_parser().parse_args([flag, "3"])
+    assert args.num_assistant_tokens == 3 and not hasattr(args, "num_speculative_tokens")

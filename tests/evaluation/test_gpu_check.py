@@ -1,16 +1,26 @@
-"""`slimspec gpu-check` on the CPU with tiny settings: the folder a lent GPU machine sends back, its files and keys;
-each step's time box; the shell script that wraps it parses."""
+"""`scripts/gpu_check.py` on the CPU with tiny settings: the folder a lent GPU machine sends back, its files and
+keys; each step's time box; the shell script that wraps it parses."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from slimspec_hf import cli
-from slimspec_hf.evaluation.gpu_check import CheckSettings, Step, goals, plan_steps, render_summary, run_step
-
 from ..conftest import REPO_ROOT, SHARED_DATA
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_check = _load_script()
+CheckSettings, Step, plan_steps = gpu_check.CheckSettings, gpu_check.Step, gpu_check.plan_steps
+render_summary, run_step = gpu_check.render_summary, gpu_check.run_step
 
 
 FILES = {"summary.md", "summary.json", "tests.json", "bench_head.json", "bench.json", "bench_batch.json", "logs.txt"}
@@ -20,11 +30,13 @@ FILES = {"summary.md", "summary.json", "tests.json", "bench_head.json", "bench.j
 def test_gpu_check_runs_on_the_cpu_and_writes_one_folder(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     monkeypatch.setenv("OUT", str(out))  # the default output folder on a lent machine
-    assert cli.main(["gpu-check", "--device", "cpu", "--dtype", "float32", "--tiny"]) == 0
+    # time boxes no machine load reaches: what is tested here is the folder, not the speed
+    boxes = [item for step in ("tests", "bench-head", "bench", "bench-batch") for item in (f"--timeout-{step}", "600")]
+    assert gpu_check.main(["--device", "cpu", "--dtype", "float32", "--tiny", "--budget", "3000", *boxes]) == 0
     names = {p.name for p in out.iterdir()}
     assert names == FILES and len(names) <= 8  # the lent machine sends back at most 8 files
     summary = json.loads((out / "summary.json").read_text())
-    assert {"settings", "environment", "steps", "seconds", "goals"} <= set(summary)
+    assert {"settings", "environment", "steps", "seconds"} <= set(summary)
     assert summary["environment"]["device"] == "cpu" and "torch" in summary["environment"]
     steps = {s["name"]: s for s in summary["steps"]}
     assert list(steps) == ["tests", "bench_head", "bench", "bench_batch"]
@@ -42,7 +54,7 @@ def test_gpu_check_runs_on_the_cpu_and_writes_one_folder(tmp_path, monkeypatch, 
         sweep = json.loads((out / "bench_batch.json").read_text())
         assert {(r["batch_size"], r["system"]) for r in sweep["summary"]} >= {(2, "target"), (2, "slimspec")}
     text = (out / "summary.md").read_text()
-    headings = ("# slimspec gpu-check", "## Goals", "## Device tests", "## LM heads", "## Speculative decoding")
+    headings = ("# SlimSpec GPU check", "## Device tests", "## LM heads", "## Speculative decoding")
     for heading in (*headings, "## Batched decoding"):
         assert heading in text
     assert "results in" in capsys.readouterr().out
@@ -67,10 +79,10 @@ def test_the_gpu_plan_covers_the_paper_shapes_and_the_systems(tmp_path):
     assert "--draft-lookup --prompt-lookup" in bench and "--device cuda --dtype bfloat16" in bench
     assert "--device cuda" in " ".join(steps["tests"].argv)
     assert "--batch-sizes 1 4 16 64" in " ".join(steps["bench_batch"].argv)
-    assert sum(s.timeout_s for s in steps.values()) <= 480  # the check's goal: within 8 minutes
+    assert sum(s.timeout_s for s in steps.values()) <= 480  # within the 540 s box of scripts/gpu_check.sh
 
 
-def test_goals_and_summary_read_a_failed_step_without_results():
+def test_the_summary_reads_a_failed_step_without_results():
     summary = {
         "settings": {"tiny": False},
         "environment": {"device": "cuda", "torch": "x", "torch_cuda": "13.0", "transformers": "y", "python": "3"},
@@ -78,17 +90,15 @@ def test_goals_and_summary_read_a_failed_step_without_results():
         "results": {"bench": {}},
         "seconds": 200.0,
     }
-    summary["goals"] = goals(summary)
-    assert list(summary["goals"].values()) == [True, None, None]
     assert "| bench | timeout | 180 | stopped |" in render_summary(summary)
 
 
 def test_bad_budget_is_a_user_error(capsys):
-    assert cli.main(["gpu-check", "--budget", "0"]) == 2  # the one exit code of user errors (#21)
+    assert gpu_check.main(["--budget", "0"]) == 2  # the exit code of user errors
     assert "`--budget` must be > 0" in capsys.readouterr().err
 
 
 def test_the_shell_script_parses():
     script = REPO_ROOT / "scripts" / "gpu_check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
-    assert "slimspec_hf.cli gpu-check" in script.read_text()
+    assert "scripts/gpu_check.py" in script.read_text()

@@ -42,7 +42,7 @@ def test_acceptance_length_and_pooling():
 def test_ratios():
     assert rho_tau(3.96, 4.0) == pytest.approx(0.99)
     assert nu(0.21e-3, 1e-3) == pytest.approx(0.21)
-    assert kappa(1e-3, 24e-3, num_speculative_tokens=6) == pytest.approx(0.25)
+    assert kappa(1e-3, 24e-3, num_assistant_tokens=6) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="`tau_full`"):
         rho_tau(3.0, 0.0)
     with pytest.raises(ValueError, match="`t_non_head`"):
@@ -85,16 +85,16 @@ def test_time_heads_is_relative_to_a_dense_head():
 
 def test_measure_round_costs_breakdown():
     target = make_tiny_target()
-    drafter = make_tiny_drafter(target, num_speculative_tokens=4)
+    drafter = make_tiny_drafter(target, ttt_steps=4)  # k defaults to the training depth
     costs = measure_round_costs(target, drafter, context_length=16, repeats=2, warmup=1)
     for key in ("t_head", "t_head_full", "t_backbone", "t_verify"):
         assert costs[key] > 0, key
-    assert costs["num_speculative_tokens"] == 4
+    assert costs["num_assistant_tokens"] == 4
     assert costs["t_non_head"] == pytest.approx(costs["t_verify"] + 4 * costs["t_backbone"])
     assert costs["kappa"] == pytest.approx(4 * costs["t_head_full"] / costs["t_non_head"])
     assert costs["nu"] == pytest.approx(costs["t_head"] / costs["t_head_full"])
     # the caches are cropped back after each timing: timing again works and the drafter still generates
-    measure_round_costs(target, drafter, context_length=16, repeats=1, warmup=0, num_speculative_tokens=2)
+    measure_round_costs(target, drafter, context_length=16, repeats=1, warmup=0, num_assistant_tokens=2)
     out = target.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False, assistant_model=drafter)
     assert out.shape == (1, 7)
 

@@ -15,7 +15,12 @@ from safetensors.torch import save_file
 
 from slimspec_hf import SlimSpecDrafterForCausalLM, cli
 from slimspec_hf.interop.convert import convert_eagle3, expand_draft_head, read_eagle3_checkpoint
-from slimspec_hf.interop.export import export_eagle3, export_speculators
+from slimspec_hf.interop.export import (
+    DEFAULT_SPECULATIVE_TOKENS,
+    export_eagle3,
+    export_speculators,
+    speculators_config,
+)
 from slimspec_hf.training.head_init import prepare_head_finetune
 
 from ..conftest import make_tiny_target
@@ -535,7 +540,11 @@ def test_export_round_trip_low_rank(tmp_path, target):
     assert cfg["draft_vocab_size"] == 128 and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
     assert cfg["transformer_layer_config"]["num_hidden_layers"] == 1
     assert cfg["speculators_config"]["verifier"]["name_or_path"] == "tiny-llama"
-    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == drafter.config.speculative_tokens
+    assert drafter.config.ttt_steps is None  # a converted drafter records no training depth: the default length
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == DEFAULT_SPECULATIVE_TOKENS
+    drafter.config.ttt_steps = 4  # a trained drafter: its training depth
+    trained = speculators_config(drafter, 128, torch.float32)
+    assert trained["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 4
     from safetensors.torch import load_file
 
     tensors = load_file(str(out / "model.safetensors"))

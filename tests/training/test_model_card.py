@@ -26,7 +26,6 @@ def _config(**overrides) -> dict:
         "head_rank": 72,
         "hidden_size": 576,
         "vocab_size": 49152,
-        "num_speculative_tokens": 6,
         "target_layer_ids": [2, 15, 27],
         "target_model_name_or_path": SMOLLM2,
         **overrides,
@@ -101,7 +100,7 @@ def test_results_carry_conditions_and_call_a_slowdown_a_slowdown():
         "acceptance_length": 2.1,
         "speedup": 0.82,
         "temperature": 0.0,
-        "num_speculative_tokens": 4,
+        "num_assistant_tokens": 4,
         "num_samples": 80,
         "dtype": "float32",
         "hardware": "CPU (x86_64, 1 threads)",
@@ -122,7 +121,7 @@ def test_results_from_a_bench_report_take_its_conditions(tmp_path):
     report = {
         "config": {
             "num_questions": 80,
-            "num_speculative_tokens": None,
+            "num_assistant_tokens": None,
             "max_new_tokens": 256,
             "dtype": "torch.bfloat16",
         },
@@ -133,6 +132,28 @@ def test_results_from_a_bench_report_take_its_conditions(tmp_path):
     card = str(render_model_card(_config(), results=f"{path}#slimspec"))
     assert "| questions | 80 |" in card and "| dtype | bfloat16 |" in card and "| max new tokens | 256 |" in card
     assert "| k (draft tokens per round) | 6 (the drafter's default) |" in card
+
+
+def test_results_and_configs_of_earlier_releases_name_k_the_old_way(tmp_path):
+    """`num_speculative_tokens` (results entries, bench reports and stored card inputs written before the draft
+    length took transformers' name; config.json files that held k) reads as `num_assistant_tokens`."""
+    from slimspec_hf.training.model_card import write_model_card
+
+    entry = {"dataset": "MT-Bench", "acceptance_length": 2.1, "num_speculative_tokens": 4}
+    card = str(render_model_card(_config(), results=entry))
+    assert "| k (draft tokens per round) | 4 |" in card and "num_speculative_tokens" not in card
+    meta = _front_matter(card)
+    assert meta["model-index"][0]["results"][0]["dataset"]["args"] == {"num_assistant_tokens": 4}
+    report = {"config": {"num_speculative_tokens": 3}, "model_index": {"d": [{"dataset": "MT-Bench", "speedup": 1.3}]}}
+    (tmp_path / "results.json").write_text(json.dumps(report))
+    card = str(render_model_card(_config(), results=f"{tmp_path / 'results.json'}#d"))
+    assert "| k (draft tokens per round) | 3 |" in card
+    folder = tmp_path / "drafter"  # a drafter folder of an earlier release: k in config.json, old card inputs
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_config(num_speculative_tokens=2)))
+    (folder / "slimspec_card.json").write_text(json.dumps({"results": [entry]}))
+    card = write_model_card(folder).read_text()
+    assert "It drafts 2 tokens per round" in card and "| k (draft tokens per round) | 4 |" in card
 
 
 def test_push_offers_license(capsys):
@@ -208,7 +229,7 @@ def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults():
     assert "It drafts 3 tokens per round" in card and "None" not in card.split("It drafts")[1][:40]
     drafter.generation_config.draft_tree_size = 5
     assert "It drafts a dynamic tree of 5 tokens per round" in str(render_model_card(drafter))
-    bare = {k: v for k, v in _config().items() if k != "num_speculative_tokens"}
+    bare = _config()  # no generation_config: a new drafter's defaults
     default = DraftSettings.num_assistant_tokens  # what a new drafter's generation_config gets
     assert default > 1 and f"It drafts {default} tokens per round" in str(render_model_card(bare))
 

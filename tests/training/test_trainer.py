@@ -669,7 +669,7 @@ def test_ttt_steps_do_not_set_the_drafters_draft_length(tmp_path):
     target = make_tiny_target()
     default = build_drafter(target, tiny_args(tmp_path, ttt_steps=2))
     assert default.generation_config.num_assistant_tokens == 6 and default.config.ttt_steps == 2
-    chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_speculative_tokens=3))
+    chosen = build_drafter(target, tiny_args(tmp_path, ttt_steps=2, num_assistant_tokens=3))
     assert chosen.generation_config.num_assistant_tokens == 3 and chosen.config.ttt_steps == 2
 
 

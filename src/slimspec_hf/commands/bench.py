@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..evaluation.benchmark import (
     DATASETS,
+    BenchmarkSettings,
     default_questions_path,
     load_questions,
     render_markdown,
@@ -15,6 +16,7 @@ from ..evaluation.benchmark import (
 )
 from .common import (
     CommandError,
+    add_draft_length_argument,
     add_runtime_arguments,
     check_model_source,
     load_models,
@@ -80,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     p.add_argument("--repeats", type=int, default=1, help="runs per question and system; the median time is kept")
-    p.add_argument("--num-speculative-tokens", "-k", type=int, default=None, help="override the drafters' k")
+    add_draft_length_argument(p, None, "tokens drafted per round (default: each drafter's own)")
     p.add_argument(
         "--confidence-threshold",
         type=float,
@@ -119,8 +121,8 @@ def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) 
     systems = {}
     for name, drafter in drafters.items():
         systems[name] = {"assistant_model": drafter}
-        if args.num_speculative_tokens:
-            systems[name]["num_assistant_tokens"] = args.num_speculative_tokens
+        if args.num_assistant_tokens:
+            systems[name]["num_assistant_tokens"] = args.num_assistant_tokens
         if getattr(drafter.generation_config, "draft_max_batch_size", 0):  # also drafting above its batch limit
             systems[f"{name}@any-batch"] = {**systems[name], "draft_max_batch_size": 0}
     temperature = args.temperatures[0]
@@ -182,17 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         len(args.temperatures),
         args.repeats,
     )
-    report = run_benchmark(
-        target,
-        tokenizer,
-        drafters,
-        questions,
+    settings = BenchmarkSettings(
         temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens,
         repeats=args.repeats,
         seed=args.seed,
         prompt_lookup=args.prompt_lookup,
-        num_speculative_tokens=args.num_speculative_tokens,
+        num_assistant_tokens=args.num_assistant_tokens,
         confidence_thresholds=tuple(args.confidence_threshold),
         draft_lookup=args.draft_lookup,
         draft_trees=tuple(args.draft_tree),
@@ -202,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         dataset=args.dataset,
         progress=not args.no_progress,
     )
+    report = run_benchmark(target, tokenizer, drafters, questions, settings)
     report["config"]["target"] = args.target
     for path in write_outputs(report, args.output_dir):
         logger.info("wrote %s", path)

@@ -110,8 +110,8 @@ def _format_table(rows: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _check_arguments(args) -> None:
+    """Raise on round, warm-up, rank-divisor, batch-size or thread counts out of range."""
     for name in ("rounds", "rounds_large", "rank_divisor"):
         if getattr(args, name) < 1:
             raise ValueError(f"`--{name.replace('_', '-')}` must be >= 1, got {getattr(args, name)}.")
@@ -119,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"`--warmup` must be >= 0, got {args.warmup}.")
     if any(b < 1 for b in args.batch_sizes):
         raise ValueError(f"`--batch-sizes` must all be >= 1, got {args.batch_sizes}.")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"`--threads` must be >= 1, got {args.threads}.")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"`--threads` must be >= 1, got {args.threads}.")
 
+
+def _plan_shapes(args) -> list[tuple[str, int, int, int, int]]:
+    """(name, d, V, rank, K) per shape, with r = d // `--rank-divisor` and K from `--trim-k`, both checked."""
     plans = []
     for name, d, V in args.shapes:
         rank = d // args.rank_divisor
@@ -136,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < k < V:
             raise ValueError(f"shape {name!r}: `--trim-k` ({k}) must satisfy 0 < K < V = {V}.")
         plans.append((name, d, V, rank, k))
+    return plans
 
+
+def _resolve_device(args) -> tuple[torch.device, float | None, str]:
+    """(device, peak bandwidth in GB/s or None, a description of the device) from `--device`/`--peak-bandwidth`."""
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"`--device {args.device}` asked for a GPU, but torch {torch.__version__} sees none.")
@@ -148,17 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda"
         else f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
     )
-    load_before = os.getloadavg()
-    print(
-        f"slimspec bench-head: torch {torch.__version__}, {torch.get_num_threads()} threads, {where}, load average "
-        f"{load_before[0]:.2f}; cache {'cold (buffer written before each call)' if args.cold_cache else 'warm'}; "
-        f"peak bandwidth {f'{peak:.0f} GB/s' if peak else 'not given'}",
-        flush=True,
-    )
-    # 64 MiB > the 32 MiB L3 here; 256 MiB > any GPU's L2 (60 MB on an H200)
-    flush = torch.zeros((16 if device.type == "cpu" else 64) << 20, device=device) if args.cold_cache else None
-    print(_format_table([]), flush=True)
-    started = time.perf_counter()
+    return device, peak, where
+
+
+def _measure_all(
+    args, plans, device: torch.device, flush: torch.Tensor | None, peak: float | None
+) -> list[Measurement]:
+    """Time every planned shape × dtype × batch size, printing each cell's rows as it finishes."""
     rows: list[Measurement] = []
     for name, d, V, rank, k in plans:
         for dtype_name in args.dtypes:
@@ -176,6 +177,28 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _check_arguments(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    plans = _plan_shapes(args)
+    device, peak, where = _resolve_device(args)
+    load_before = os.getloadavg()
+    print(
+        f"slimspec bench-head: torch {torch.__version__}, {torch.get_num_threads()} threads, {where}, load average "
+        f"{load_before[0]:.2f}; cache {'cold (buffer written before each call)' if args.cold_cache else 'warm'}; "
+        f"peak bandwidth {f'{peak:.0f} GB/s' if peak else 'not given'}",
+        flush=True,
+    )
+    # 64 MiB > the 32 MiB L3 here; 256 MiB > any GPU's L2 (60 MB on an H200)
+    flush = torch.zeros((16 if device.type == "cpu" else 64) << 20, device=device) if args.cold_cache else None
+    print(_format_table([]), flush=True)
+    started = time.perf_counter()
+    rows = _measure_all(args, plans, device, flush, peak)
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()
 

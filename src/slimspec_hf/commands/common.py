@@ -1,7 +1,8 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""What the `slimspec` commands share: the runtime arguments (`--dtype`, `--threads`), loading a target with its
-drafters for inference, the line that says how they run, checking paths and Hub ids given on the command line, and
-the one error boundary (`run_command`, used by `slimspec_hf.cli.main`).
+"""What the `slimspec` commands share: the runtime arguments (`--dtype`, `--threads`), the draft length
+(`--num-assistant-tokens`), loading a target with its drafters for inference, the line that says how they run,
+checking paths and Hub ids given on the command line, and the error boundary (`run_command`, used by
+`slimspec_hf.cli.main`).
 
 Expected failures (bad input, missing files, unknown repos) end as one line on stderr,
 `slimspec <command>: error: <message>`, and exit code 2; `--debug` (or `SLIMSPEC_DEBUG=1`) shows the traceback.
@@ -15,6 +16,7 @@ import functools
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -146,6 +148,35 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, dtype_default: str = 
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine)")
 
 
+class _DeprecatedOption(argparse.Action):
+    """A hidden old spelling of an option: stores into the new option's destination and warns."""
+
+    def __init__(self, option_strings, dest, new_option: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_option = new_option
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warnings.warn(
+            f"`{option_string}` is deprecated; use `{self.new_option}` (same meaning).", FutureWarning, stacklevel=2
+        )
+        setattr(namespace, self.dest, values)
+
+
+def add_draft_length_argument(parser: argparse.ArgumentParser, default: int | None, help: str) -> None:
+    """`--num-assistant-tokens` / `-k`, the tokens drafted per round (transformers' `num_assistant_tokens`). The old
+    spelling `--num-speculative-tokens` still parses into it, hidden from `--help`, with a deprecation warning."""
+    parser.add_argument("--num-assistant-tokens", "-k", type=int, default=default, help=help)
+    parser.add_argument(
+        "--num-speculative-tokens",
+        dest="num_assistant_tokens",
+        type=int,
+        default=argparse.SUPPRESS,
+        action=_DeprecatedOption,
+        new_option="--num-assistant-tokens",
+        help=argparse.SUPPRESS,
+    )
+
+
 def load_models(
     target_name: str | None,
     drafter_paths: Sequence[str] = (),
@@ -153,7 +184,7 @@ def load_models(
     device: str | torch.device | None = None,
     threads: int | None = None,
 ):
-    """`(target, tokenizer, drafters)` for inference: the target through the one loader, each drafter (folder or
+    """`(target, tokenizer, drafters)` for inference: the target through `targets.load_target`, each drafter (folder or
     Hub id) in the target's dtype and on its device, all in eval mode."""
     if threads:
         torch.set_num_threads(threads)
@@ -205,6 +236,7 @@ def error_boundary(
 __all__ = [
     "USER_ERRORS",
     "CommandError",
+    "add_draft_length_argument",
     "add_runtime_arguments",
     "check_model_source",
     "debug_enabled",

@@ -55,14 +55,11 @@ def _tree_text(settings) -> str:
     return f"{size} nodes, depth {getattr(settings, 'draft_tree_depth', '?')}, top-{getattr(settings, 'draft_tree_top_k', '?')}"
 
 
-def _run(args) -> int:
-    from transformers import TextStreamer
-
-    from ..evaluation.timing import Timer, encode_prompt
+def _load_demo_models(args):
+    """(target, tokenizer, drafter): the embedded target and `--drafter` (default: the shipped one), described."""
     from ..paths import embedded_drafter_dir
     from .common import load_models, runtime_line
 
-    torch.set_grad_enabled(False)
     print("Loading the embedded target SmolLM2-135M-Instruct (the first run dequantises its GGUF) ...")
     drafter_path = args.drafter or str(embedded_drafter_dir())
     target, tokenizer, (drafter,) = load_models("embedded", [drafter_path], dtype=args.dtype, threads=args.threads)
@@ -73,46 +70,44 @@ def _run(args) -> int:
         f"draft_tree = {_tree_text(settings)}"
     )
     print(runtime_line(target) + "\n")
+    return target, tokenizer, drafter
 
-    systems = {
-        "target alone": {},
-        "SlimSpec chain": {"assistant_model": drafter, "draft_lookup": False, "draft_tree_size": 0},
-        "SlimSpec defaults": {"assistant_model": drafter},  # the drafter's generation_config
-        "prompt lookup": {"prompt_lookup_num_tokens": 10},
-    }
-    common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
-    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    results = []  # per prompt: {system: (tok/s, τ, first difference)}
-    for prompt in PROMPTS:
-        inputs = encode_prompt(tokenizer, prompt, target.device)
-        n_prompt = inputs["input_ids"].shape[1]
-        print(f">>> {prompt}")
-        target.generate(**inputs, assistant_model=drafter, streamer=streamer, **common)  # the drafter's defaults
-        print()
-        times = {name: [] for name in systems}
-        taus = {name: [] for name in systems}
-        outputs = {}
-        for _ in range(args.repeats):  # interleaved, so that every system shares the machine's noise
-            for name, kwargs in systems.items():
-                with warnings.catch_warnings(), Timer(target.device) as timer:
-                    warnings.simplefilter("ignore")
-                    out = target.generate(**inputs, **kwargs, **common)
-                new = out[0, n_prompt:].tolist()
-                outputs[name] = new
-                times[name].append(len(new) / timer.seconds)
-                if "assistant_model" in kwargs:
-                    taus[name].append(drafter.last_generation_stats.acceptance_length)
-        reference = outputs["target alone"]
-        results.append(
-            {
-                name: (
-                    statistics.median(times[name]),
-                    statistics.mean(taus[name]) if taus[name] else None,
-                    _first_difference(outputs[name], reference),
-                )
-                for name in systems
-            }
+
+def _time_systems(target, drafter, inputs, systems: dict, common: dict, repeats: int) -> dict:
+    """{system: (median tokens/s, mean τ or None, first difference from the target alone)} on one prompt.
+
+    The systems run interleaved, `repeats` times each, so that every system shares the machine's noise.
+    """
+    from ..evaluation.timing import Timer
+
+    n_prompt = inputs["input_ids"].shape[1]
+    times = {name: [] for name in systems}
+    taus = {name: [] for name in systems}
+    outputs = {}
+    for _ in range(repeats):
+        for name, kwargs in systems.items():
+            with warnings.catch_warnings(), Timer(target.device) as timer:
+                warnings.simplefilter("ignore")
+                out = target.generate(**inputs, **kwargs, **common)
+            new = out[0, n_prompt:].tolist()
+            outputs[name] = new
+            times[name].append(len(new) / timer.seconds)
+            if "assistant_model" in kwargs:
+                taus[name].append(drafter.last_generation_stats.acceptance_length)
+    reference = outputs["target alone"]
+    return {
+        name: (
+            statistics.median(times[name]),
+            statistics.mean(taus[name]) if taus[name] else None,
+            _first_difference(outputs[name], reference),
         )
+        for name in systems
+    }
+
+
+def _print_results(results: list[dict], systems: dict, args, target) -> None:
+    """The table of every prompt and system, then each system's mean speed-up over the target alone."""
+    from .common import runtime_line
 
     exact = target.dtype == torch.float32
     print(
@@ -136,6 +131,33 @@ def _run(args) -> int:
         if name != "target alone":
             mean = statistics.mean(row[name][0] / row["target alone"][0] for row in results)
             print(f"  {name:18s} {mean:.2f}x")
+
+
+def _run(args) -> int:
+    from transformers import TextStreamer
+
+    from ..evaluation.timing import encode_prompt
+
+    torch.set_grad_enabled(False)
+    target, tokenizer, drafter = _load_demo_models(args)
+    systems = {
+        "target alone": {},
+        "SlimSpec chain": {"assistant_model": drafter, "draft_lookup": False, "draft_tree_size": 0},
+        "SlimSpec defaults": {"assistant_model": drafter},  # the drafter's generation_config
+        "prompt lookup": {"prompt_lookup_num_tokens": 10},
+    }
+    common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
+    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    results = []  # per prompt: {system: (tok/s, τ, first difference)}
+    for prompt in PROMPTS:
+        inputs = encode_prompt(tokenizer, prompt, target.device)
+        print(f">>> {prompt}")
+        target.generate(**inputs, assistant_model=drafter, streamer=streamer, **common)  # the drafter's defaults
+        print()
+        results.append(_time_systems(target, drafter, inputs, systems, common, args.repeats))
+
+    _print_results(results, systems, args, target)
+    exact = target.dtype == torch.float32
     if exact and any(row[name][2] is not None for row in results for name in row):
         print("ERROR: in fp32 speculative greedy output must equal the target's; it did not.", file=sys.stderr)
         return 1

@@ -113,7 +113,7 @@ class System:
 def build_systems(
     drafters: dict[str, Any],
     prompt_lookup: int | None = None,
-    num_speculative_tokens=None,
+    num_assistant_tokens=None,
     confidence_thresholds: tuple[float, ...] = (),
     draft_lookup: bool = False,
     draft_trees: tuple[tuple[int, int, int], ...] = (),
@@ -130,8 +130,8 @@ def build_systems(
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
-        if num_speculative_tokens:
-            kwargs["num_assistant_tokens"] = int(num_speculative_tokens)
+        if num_assistant_tokens:
+            kwargs["num_assistant_tokens"] = int(num_assistant_tokens)
         if draft_lookup:
             kwargs["draft_lookup"] = False
         chain = dict(kwargs, draft_tree_size=0) if (draft_lookup or draft_trees) else kwargs
@@ -170,66 +170,110 @@ def _generate(target, system: System, inputs: dict, max_new_tokens: int, tempera
     return result.new_tokens, result.seconds, result.stats
 
 
+@dataclass(frozen=True)
+class BenchmarkSettings:
+    """What `run_benchmark` generates and how it times it (`slimspec bench` sets each from its flag)."""
+
+    # generation
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    max_new_tokens: int = 256
+    repeats: int = 1  # a question's time is the median over repeats
+    seed: int = 0
+    # systems (`build_systems`)
+    prompt_lookup: int | None = None
+    num_assistant_tokens: int | None = None
+    confidence_thresholds: tuple[float, ...] = ()
+    draft_lookup: bool = False
+    draft_trees: tuple[tuple[int, int, int], ...] = ()
+    reference: str | None = None  # the full-head drafter ρτ and ν are relative to; None: the first full head
+    # drafter-step breakdown (`measure_round_costs`)
+    context_length: int = 256
+    timing_repeats: int = 20
+    # reporting
+    dataset: str = "spec_bench"
+    progress: bool = True
+
+
 def run_benchmark(
-    target,
-    tokenizer,
-    drafters: dict[str, Any],
-    questions: list[dict],
-    temperatures: tuple[float, ...] = (0.0, 1.0),
-    max_new_tokens: int = 256,
-    repeats: int = 1,
-    seed: int = 0,
-    prompt_lookup: int | None = None,
-    num_speculative_tokens: int | None = None,
-    confidence_thresholds: tuple[float, ...] = (),
-    draft_lookup: bool = False,
-    draft_trees: tuple[tuple[int, int, int], ...] = (),
-    reference: str | None = None,
-    context_length: int = 256,
-    timing_repeats: int = 20,
-    dataset: str = "spec_bench",
-    progress: bool = True,
+    target, tokenizer, drafters: dict[str, Any], questions: list[dict], settings: BenchmarkSettings | None = None
 ) -> dict:
     """Runs every system on every question, interleaved; returns the results dict `write_outputs` writes.
 
-    `reference` names the full-head drafter that ρτ and ν are relative to (default: the first drafter whose
-    `head_type` is "full", if any).
+    `settings.reference` names the full-head drafter that ρτ and ν are relative to (default: the first drafter
+    whose `head_type` is "full", if any).
     """
-    from tqdm.auto import tqdm
-
-    if repeats < 1:
-        raise ValueError(f"`repeats` must be at least 1, got {repeats}.")
-    if max_new_tokens < 1:
-        raise ValueError(f"`max_new_tokens` must be at least 1, got {max_new_tokens}.")
-    if not questions:
-        raise ValueError("No questions to benchmark: check `--categories` and `--limit`.")
-    if reference is None:
-        reference = next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
-    elif reference not in drafters:
-        raise ValueError(f"`reference` ({reference!r}) is not one of the drafters: {list(drafters)}.")
+    settings = settings if settings is not None else BenchmarkSettings()
+    reference = _check_benchmark_inputs(drafters, questions, settings)
     systems = build_systems(
-        drafters, prompt_lookup, num_speculative_tokens, confidence_thresholds, draft_lookup, tuple(draft_trees)
+        drafters,
+        settings.prompt_lookup,
+        settings.num_assistant_tokens,
+        settings.confidence_thresholds,
+        settings.draft_lookup,
+        tuple(settings.draft_trees),
     )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_prompt(tokenizer, q["prompt"]) for q in questions]
 
     # warm-up: one short generation per system, so that first-call costs stay out of the timings
     for system in systems:
-        _generate(target, system, encoded[0], min(8, max_new_tokens), 0.0, seed, pad_id)
+        _generate(target, system, encoded[0], min(8, settings.max_new_tokens), 0.0, settings.seed, pad_id)
+    records = _run_interleaved(target, systems, questions, encoded, settings, pad_id)
+    head_costs = _measure_head_costs(target, drafters, settings)
+
+    results = aggregate(records, [s.name for s in systems], settings.temperatures, reference)
+    kappas = [c["kappa"] for c in head_costs.values()]
+    kappa_measured = statistics.median(kappas) if kappas else None
+    drafter_of = {s.name: s.base for s in systems if s.kind == "drafter"}
+    _add_predictions(results, head_costs, kappa_measured, reference, drafter_of)
+    dataset_name = DATASET_NAMES.get(settings.dataset, settings.dataset)
+    return {
+        "config": _benchmark_config(target, drafters, systems, len(questions), settings, reference),
+        "results": results,
+        "head_costs": head_costs,
+        "kappa": kappa_measured,
+        "model_index": model_index(results, head_costs, drafter_of, dataset_name, reference),
+        "records": records,
+    }
+
+
+def _check_benchmark_inputs(
+    drafters: dict[str, Any], questions: list[dict], settings: BenchmarkSettings
+) -> str | None:
+    """Refuses settings `run_benchmark` cannot run; returns the reference drafter's name (None without one)."""
+    if settings.repeats < 1:
+        raise ValueError(f"`repeats` must be at least 1, got {settings.repeats}.")
+    if settings.max_new_tokens < 1:
+        raise ValueError(f"`max_new_tokens` must be at least 1, got {settings.max_new_tokens}.")
+    if not questions:
+        raise ValueError("No questions to benchmark: check `--categories` and `--limit`.")
+    if settings.reference is None:
+        return next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
+    if settings.reference not in drafters:
+        raise ValueError(f"`reference` ({settings.reference!r}) is not one of the drafters: {list(drafters)}.")
+    return settings.reference
+
+
+def _run_interleaved(
+    target, systems: list[System], questions: list[dict], encoded: list[dict], settings: BenchmarkSettings, pad_id
+) -> list[dict]:
+    """Every system generates every question at every temperature and repeat, in an order rotated per question;
+    one record (tokens, seconds, round stats) per generation."""
+    from tqdm.auto import tqdm
 
     records = []
-    total = len(questions) * len(temperatures) * repeats * len(systems)
-    bar = tqdm(total=total, desc="bench", unit="gen", disable=not progress)
+    total = len(questions) * len(settings.temperatures) * settings.repeats * len(systems)
+    bar = tqdm(total=total, desc="bench", unit="gen", disable=not settings.progress)
     for q_index, (question, inputs) in enumerate(zip(questions, encoded)):
         # rotate the order so that no system always runs first (or right after another given one)
         shift = q_index % len(systems)
         order = systems[shift:] + systems[:shift]
-        for temperature in temperatures:
-            for repeat in range(repeats):
-                run_seed = seed + 1000 * q_index + repeat
+        for temperature in settings.temperatures:
+            for repeat in range(settings.repeats):
+                run_seed = settings.seed + 1000 * q_index + repeat
                 for system in order:
                     new_tokens, elapsed, stats = _generate(
-                        target, system, inputs, max_new_tokens, temperature, run_seed, pad_id
+                        target, system, inputs, settings.max_new_tokens, temperature, run_seed, pad_id
                     )
                     records.append(
                         {
@@ -246,50 +290,48 @@ def run_benchmark(
                     bar.set_postfix_str(f"{system.name} {new_tokens / elapsed:.1f} tok/s")
                     bar.update(1)
     bar.close()
+    return records
 
+
+def _measure_head_costs(target, drafters: dict[str, Any], settings: BenchmarkSettings) -> dict[str, dict]:
+    """Per drafter, the drafter-step breakdown of `measure_round_costs` with its head's type and rank."""
     head_costs = {}
     for name, drafter in drafters.items():
         head_costs[name] = measure_round_costs(
             target,
             drafter,
-            context_length=context_length,
-            num_speculative_tokens=num_speculative_tokens,
-            repeats=timing_repeats,
+            context_length=settings.context_length,
+            num_assistant_tokens=settings.num_assistant_tokens,
+            repeats=settings.timing_repeats,
         )
         head_costs[name]["head_type"] = drafter.config.head_type
         head_costs[name]["head_rank"] = getattr(drafter.config, "head_rank", None)
+    return head_costs
 
-    results = aggregate(records, [s.name for s in systems], temperatures, reference)
-    kappas = [c["kappa"] for c in head_costs.values()]
-    kappa_measured = statistics.median(kappas) if kappas else None
-    drafter_of = {s.name: s.base for s in systems if s.kind == "drafter"}
-    _add_predictions(results, head_costs, kappa_measured, reference, drafter_of)
+
+def _benchmark_config(
+    target, drafters: dict[str, Any], systems: list[System], num_questions: int, settings: BenchmarkSettings, reference
+) -> dict:
+    """The `config` section of the results: what was run, with which settings, on which machine."""
     return {
-        "config": {
-            "dataset": DATASET_NAMES.get(dataset, dataset),
-            "target": getattr(target.config, "_name_or_path", None),
-            "drafters": {n: getattr(d.config, "_name_or_path", None) or n for n, d in drafters.items()},
-            "systems": [s.name for s in systems],
-            "temperatures": list(temperatures),
-            "max_new_tokens": max_new_tokens,
-            "repeats": repeats,
-            "seed": seed,
-            "num_questions": len(questions),
-            "num_speculative_tokens": num_speculative_tokens,
-            "confidence_thresholds": list(confidence_thresholds),
-            "draft_lookup": draft_lookup,
-            "draft_trees": [list(tree) for tree in draft_trees],
-            "prompt_lookup_num_tokens": prompt_lookup,
-            "reference": reference,
-            "device": str(target.device),
-            "dtype": str(target.dtype),
-            "torch_threads": torch.get_num_threads(),
-        },
-        "results": results,
-        "head_costs": head_costs,
-        "kappa": kappa_measured,
-        "model_index": model_index(results, head_costs, drafter_of, DATASET_NAMES.get(dataset, dataset), reference),
-        "records": records,
+        "dataset": DATASET_NAMES.get(settings.dataset, settings.dataset),
+        "target": getattr(target.config, "_name_or_path", None),
+        "drafters": {n: getattr(d.config, "_name_or_path", None) or n for n, d in drafters.items()},
+        "systems": [s.name for s in systems],
+        "temperatures": list(settings.temperatures),
+        "max_new_tokens": settings.max_new_tokens,
+        "repeats": settings.repeats,
+        "seed": settings.seed,
+        "num_questions": num_questions,
+        "num_assistant_tokens": settings.num_assistant_tokens,
+        "confidence_thresholds": list(settings.confidence_thresholds),
+        "draft_lookup": settings.draft_lookup,
+        "draft_trees": [list(tree) for tree in settings.draft_trees],
+        "prompt_lookup_num_tokens": settings.prompt_lookup,
+        "reference": reference,
+        "device": str(target.device),
+        "dtype": str(target.dtype),
+        "torch_threads": torch.get_num_threads(),
     }
 
 
@@ -365,7 +407,7 @@ def _add_predictions(
         return
     ref = head_costs[reference]
     if ref.get("t_non_head"):
-        kappa = metrics_kappa(ref["t_head"], ref["t_non_head"], ref["num_speculative_tokens"])
+        kappa = metrics_kappa(ref["t_head"], ref["t_non_head"], ref["num_assistant_tokens"])
     if kappa is None:
         return
     drafter_of = drafter_of or {}
@@ -428,6 +470,8 @@ def _fmt(value, digits=2) -> str:
 
 
 def render_markdown(report: dict) -> str:
+    """`results.md`: per temperature the per-category table (and the comparison with the reference, when one was
+    benchmarked), then the drafter-step breakdown."""
     cfg = report["config"]
     lines = [
         f"# {cfg['dataset']} benchmark",
@@ -438,62 +482,81 @@ def render_markdown(report: dict) -> str:
         "the same questions; τ = tokens per target verification.",
         "",
     ]
-    systems = cfg["systems"]
     for temperature in cfg["temperatures"]:
         rows = [r for r in report["results"] if r["temperature"] == temperature]
-        categories = list(dict.fromkeys(r["category"] for r in rows))
         lines += [f"## Temperature {temperature:g}", ""]
-        header = "| category | " + " | ".join(f"{s} tok/s | {s} τ | {s} speed-up" for s in systems) + " |"
-        lines += [header, "|" + "---|" * (1 + 3 * len(systems))]
-        for category in categories:
-            cells = []
-            for s in systems:
-                row = next(r for r in rows if r["system"] == s and r["category"] == category)
-                cells += [_fmt(row["tokens_per_s"], 1), _fmt(row["tau"]), _fmt(row["speedup"])]
-            name = f"**{category}**" if category == OVERALL else category
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += _markdown_category_table(rows, cfg["systems"])
         if cfg.get("reference"):
-            lines += [
-                f"Against the full-head reference `{cfg['reference']}` (overall): ",
-                "",
-                "| drafter | ρτ | ν | κ | measured speed-up | predicted ρτ(1+κ)/(1+νκ) |",
-                "|---|---|---|---|---|---|",
-            ]
-            for r in rows:
-                if r["category"] == OVERALL and r.get("rho_tau") is not None:
-                    lines.append(
-                        f"| {r['system']} | {_fmt(r['rho_tau'], 3)} | {_fmt(r.get('nu'), 3)} | "
-                        f"{_fmt(r.get('kappa'), 3)} | {_fmt(r.get('speedup_vs_reference'), 3)} | "
-                        f"{_fmt(r.get('predicted_speedup_vs_reference'), 3)} |"
-                    )
-            lines += [
-                "",
-                "ν and κ against the reference's own head: ν = T_head / T_head(reference), "
-                "κ = k·T_head(reference) / T_non_head(reference).",
-            ]
-            lines.append("")
+            lines += _markdown_reference_table(rows, cfg["reference"])
     if report["head_costs"]:
-        k = next(iter(report["head_costs"].values()))
-        lines += [
-            "## Drafter-step breakdown",
-            "",
-            f"Synthetic inputs of the real shapes, {k['context_length']} cached positions, k = "
-            f"{k['num_speculative_tokens']}; medians in ms. T_non_head = T_verify + k·T_backbone; "
-            "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full.",
-            "",
-            "| drafter | head | T_head | T_head_full | T_backbone | T_verify | ν | κ |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for name, c in report["head_costs"].items():
-            head = c["head_type"] + (f" r={c['head_rank']}" if c["head_type"] == "low_rank" else "")
-            lines.append(
-                f"| {name} | {head} | {_fmt(1e3 * c['t_head'], 3)} | {_fmt(1e3 * c['t_head_full'], 3)} | "
-                f"{_fmt(1e3 * c['t_backbone'], 3)} | {_fmt(1e3 * c['t_verify'], 3)} | {_fmt(c['nu'], 3)} | "
-                f"{_fmt(c['kappa'], 3)} |"
-            )
-        lines.append("")
+        lines += _markdown_head_costs(report["head_costs"])
     return "\n".join(lines)
+
+
+def _markdown_category_table(rows: list[dict], systems: list[str]) -> list[str]:
+    """One temperature's table: per category (overall in bold), each system's tokens/s, τ and speed-up."""
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    header = "| category | " + " | ".join(f"{s} tok/s | {s} τ | {s} speed-up" for s in systems) + " |"
+    lines = [header, "|" + "---|" * (1 + 3 * len(systems))]
+    for category in categories:
+        cells = []
+        for s in systems:
+            row = next(r for r in rows if r["system"] == s and r["category"] == category)
+            cells += [_fmt(row["tokens_per_s"], 1), _fmt(row["tau"]), _fmt(row["speedup"])]
+        name = f"**{category}**" if category == OVERALL else category
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _markdown_reference_table(rows: list[dict], reference: str) -> list[str]:
+    """One temperature's comparison with the full-head reference (overall): ρτ, ν, κ, measured and predicted
+    speed-up."""
+    lines = [
+        f"Against the full-head reference `{reference}` (overall): ",
+        "",
+        "| drafter | ρτ | ν | κ | measured speed-up | predicted ρτ(1+κ)/(1+νκ) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["category"] == OVERALL and r.get("rho_tau") is not None:
+            lines.append(
+                f"| {r['system']} | {_fmt(r['rho_tau'], 3)} | {_fmt(r.get('nu'), 3)} | "
+                f"{_fmt(r.get('kappa'), 3)} | {_fmt(r.get('speedup_vs_reference'), 3)} | "
+                f"{_fmt(r.get('predicted_speedup_vs_reference'), 3)} |"
+            )
+    lines += [
+        "",
+        "ν and κ against the reference's own head: ν = T_head / T_head(reference), "
+        "κ = k·T_head(reference) / T_non_head(reference).",
+        "",
+    ]
+    return lines
+
+
+def _markdown_head_costs(head_costs: dict[str, dict]) -> list[str]:
+    """The drafter-step breakdown section: per drafter its head, T_head, T_head_full, T_backbone, T_verify (ms),
+    ν and κ."""
+    k = next(iter(head_costs.values()))
+    lines = [
+        "## Drafter-step breakdown",
+        "",
+        f"Synthetic inputs of the real shapes, {k['context_length']} cached positions, k = "
+        f"{k['num_assistant_tokens']}; medians in ms. T_non_head = T_verify + k·T_backbone; "
+        "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full.",
+        "",
+        "| drafter | head | T_head | T_head_full | T_backbone | T_verify | ν | κ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in head_costs.items():
+        head = c["head_type"] + (f" r={c['head_rank']}" if c["head_type"] == "low_rank" else "")
+        lines.append(
+            f"| {name} | {head} | {_fmt(1e3 * c['t_head'], 3)} | {_fmt(1e3 * c['t_head_full'], 3)} | "
+            f"{_fmt(1e3 * c['t_backbone'], 3)} | {_fmt(1e3 * c['t_verify'], 3)} | {_fmt(c['nu'], 3)} | "
+            f"{_fmt(c['kappa'], 3)} |"
+        )
+    lines.append("")
+    return lines
 
 
 def plot_results(report: dict, folder: Path) -> list[Path]:
@@ -578,6 +641,7 @@ __all__ = [
     "report_category",
     "System",
     "build_systems",
+    "BenchmarkSettings",
     "run_benchmark",
     "aggregate",
     "model_index",

@@ -61,25 +61,25 @@ def nu(t_head: float, t_head_full: float) -> float:
     return float(t_head) / float(t_head_full)
 
 
-def kappa(t_head_full: float, t_non_head: float, num_speculative_tokens: int = 1) -> float:
+def kappa(t_head_full: float, t_non_head: float, num_assistant_tokens: int = 1) -> float:
     """κ = k·T_head_full / T_non_head, with T_head_full per drafter step and T_non_head per round."""
     if not t_non_head > 0:
         raise ValueError(f"`t_non_head` must be a positive time, got {t_non_head}.")
-    if num_speculative_tokens < 1:
-        raise ValueError(f"`num_speculative_tokens` must be at least 1, got {num_speculative_tokens}.")
-    return num_speculative_tokens * float(t_head_full) / float(t_non_head)
+    if num_assistant_tokens < 1:
+        raise ValueError(f"`num_assistant_tokens` must be at least 1, got {num_assistant_tokens}.")
+    return num_assistant_tokens * float(t_head_full) / float(t_non_head)
 
 
-def tau_from_acceptance_rate(alpha: float, num_speculative_tokens: int) -> float:
+def tau_from_acceptance_rate(alpha: float, num_assistant_tokens: int) -> float:
     """τ of a chain of k drafts with independent per-token acceptance α: Σ_{i=0..k} α^i."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"`alpha` must lie in [0, 1], got {alpha}.")
-    return sum(alpha**i for i in range(num_speculative_tokens + 1))
+    return sum(alpha**i for i in range(num_assistant_tokens + 1))
 
 
-def acceptance_rate_from_tau(tau: float, num_speculative_tokens: int) -> float:
+def acceptance_rate_from_tau(tau: float, num_assistant_tokens: int) -> float:
     """The per-token acceptance α with `tau_from_acceptance_rate(α, k) == tau` (bisection)."""
-    k = num_speculative_tokens
+    k = num_assistant_tokens
     if not 1.0 <= tau <= k + 1:
         raise ValueError(f"`tau` must lie in [1, k + 1 = {k + 1}] for k = {k} drafted tokens, got {tau}.")
     low, high = 0.0, 1.0
@@ -175,7 +175,7 @@ def measure_round_costs(
     target: nn.Module,
     drafter: nn.Module,
     context_length: int = 256,
-    num_speculative_tokens: int | None = None,
+    num_assistant_tokens: int | None = None,
     repeats: int = 20,
     warmup: int = 3,
 ) -> dict[str, float]:
@@ -189,12 +189,14 @@ def measure_round_costs(
 
     Per round, T_non_head = t_verify + k·t_backbone, so κ = k·t_head_full / T_non_head and ν = t_head /
     t_head_full. Also returns `kappa_drafter` = t_head_full / t_backbone (the head's share of a drafter step).
+    k is `num_assistant_tokens`, by default the depth the drafter was trained with (`ttt_steps`; 3 if it records
+    none).
     """
     from ..cache_slimspec import SlimSpecDrafterCache
     from ..verification_slimspec import cache_keyword
 
     cfg = drafter.config
-    k = int(num_speculative_tokens or cfg.speculative_tokens)
+    k = int(num_assistant_tokens or cfg.ttt_steps or 3)
     device = next(drafter.parameters()).device
     dtype = next(drafter.parameters()).dtype
     if context_length < 1:
@@ -241,7 +243,7 @@ def measure_round_costs(
     return {
         **times,
         "t_non_head": t_non_head,
-        "num_speculative_tokens": k,
+        "num_assistant_tokens": k,
         "context_length": context_length,
         "nu": nu(times["t_head"], times["t_head_full"]),
         "kappa": kappa(times["t_head_full"], t_non_head, k),

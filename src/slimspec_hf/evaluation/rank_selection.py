@@ -228,7 +228,7 @@ def measure_nu(
 
 
 def rho_tau_from_agreements(
-    agreement: float, full_agreement: float, num_speculative_tokens: int, acceptance_rate: float | None = None
+    agreement: float, full_agreement: float, num_assistant_tokens: int, acceptance_rate: float | None = None
 ) -> float:
     """ρτ(r) = τ(α_r) / τ(α_full) under the chain model τ(α) = Σ_{i=0..k} α^i, with α_r = α_full·a(r)/a_full.
 
@@ -244,8 +244,185 @@ def rho_tau_from_agreements(
     if not 0 < alpha_full <= 1:
         raise ValueError(f"`acceptance_rate` must lie in (0, 1], got {acceptance_rate}.")
     alpha = min(1.0, alpha_full * agreement / full_agreement)
-    k = num_speculative_tokens
+    k = num_assistant_tokens
     return tau_from_acceptance_rate(alpha, k) / tau_from_acceptance_rate(alpha_full, k)
+
+
+@dataclass
+class _ProxyData:
+    """What every proxy fit of one `choose_rank` call shares (built by `_prepare_proxy_data`)."""
+
+    start: torch.Tensor  # V×d fp32, the head every proxy starts from
+    singular: torch.Tensor  # its singular values
+    token_weights: torch.Tensor  # V, the token weights of its weighted SVD
+    splits: dict[str, torch.Tensor]  # `fit_proxy`'s train / validation / test inputs and teacher targets
+    fit_kwargs: dict  # `fit_proxy`'s steps, lr, batch_size and seed
+
+    def fit_full_head(self) -> ProxyFit:
+        """Fit and log the full-head reference proxy, started from `start` itself."""
+        head = AdaptedHead(self.start, seed=self.fit_kwargs["seed"])
+        fit = fit_proxy(head, **self.splits, **self.fit_kwargs, rank=FULL_RANK)
+        logger.info(
+            "full head: top-1 %.3f → %.3f (best step %d) in %.1fs",
+            fit.initial_agreement,
+            fit.agreement,
+            fit.best_step,
+            fit.seconds,
+        )
+        return fit
+
+    def fit_rank(self, rank: int) -> ProxyFit:
+        """Fit and log the rank-r proxy, started from the token- and activation-weighted SVD of `start`."""
+        moment = second_moment(self.splits["train_inputs"])
+        down, up = activation_aware_factors(self.start, moment, rank, token_weights=self.token_weights)
+        head = AdaptedHead(down, up, seed=self.fit_kwargs["seed"])
+        fit = fit_proxy(head, **self.splits, **self.fit_kwargs, rank=rank)
+        logger.info(
+            "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
+            rank,
+            fit.initial_agreement,
+            fit.agreement,
+            fit.best_step,
+            fit.seconds,
+        )
+        return fit
+
+
+def _checked_proxy_states(
+    weight: torch.Tensor,
+    hidden_states: torch.Tensor | None,
+    proxy_states: torch.Tensor | None,
+    eval_fraction: float,
+) -> tuple[torch.Tensor, int]:
+    """(proxy states, positions held out for each of validation and test), after checking the states.
+
+    The proxy states default to `hidden_states`; both must be N×d over the same positions, with d the head's, and
+    `eval_fraction` of them must leave every split non-empty.
+    """
+    if hidden_states is None:
+        raise ValueError("`hidden_states` (N×d inputs of the head) are required with `weight`.")
+    proxy_states = hidden_states if proxy_states is None else proxy_states
+    for name, states in (("hidden_states", hidden_states), ("proxy_states", proxy_states)):
+        if states.dim() != 2 or states.shape[-1] != weight.shape[1]:
+            raise ValueError(
+                f"`{name}` must be N×d with d = {weight.shape[1]} (the head's), got {tuple(states.shape)}."
+            )
+    if proxy_states.shape[0] != hidden_states.shape[0]:
+        raise ValueError(
+            f"`proxy_states` ({proxy_states.shape[0]} positions) and `hidden_states` ({hidden_states.shape[0]}) "
+            "must come from the same positions."
+        )
+    n_held = int(eval_fraction * hidden_states.shape[0]) // 2
+    if n_held < 1 or hidden_states.shape[0] - 2 * n_held < 1:
+        raise ValueError(
+            f"{hidden_states.shape[0]} positions with `eval_fraction` = {eval_fraction} leave an empty "
+            "train, validation or test split; give more positions."
+        )
+    return proxy_states, n_held
+
+
+def _prepare_proxy_data(
+    weight: torch.Tensor,
+    hidden_states: torch.Tensor | None,
+    proxy_states: torch.Tensor | None,
+    proxy_weight: torch.Tensor | None,
+    eval_fraction: float,
+    fit_kwargs: dict,
+) -> _ProxyData:
+    """The checked inputs of every proxy fit, with the positions split at random (seed `fit_kwargs["seed"]`).
+
+    The splits are test / validation (`eval_fraction` of the positions, in two halves) / train. The proxies read
+    `proxy_states`; their teacher is `weight` on `hidden_states`: log-probs on train, top-1 on the held-out splits.
+    """
+    proxy_states, n_held = _checked_proxy_states(weight, hidden_states, proxy_states, eval_fraction)
+    weight = weight.detach().float()
+    start = weight if proxy_weight is None else proxy_weight.detach().float()
+    if start.shape != weight.shape:
+        raise ValueError(f"`proxy_weight` must be V×d like `weight` {tuple(weight.shape)}, got {tuple(start.shape)}.")
+    singular = singular_values(start)
+    generator = torch.Generator().manual_seed(fit_kwargs["seed"])
+    order = torch.randperm(hidden_states.shape[0], generator=generator)
+    test_idx, val_idx, train_idx = order[:n_held], order[n_held : 2 * n_held], order[2 * n_held :]
+    with torch.no_grad():
+        train_logits = hidden_states[train_idx].float() @ weight.T
+        token_weights = token_weights_from_logits(train_logits)
+        train_teacher = F.log_softmax(train_logits, dim=-1)
+        del train_logits
+        val_top1 = (hidden_states[val_idx].float() @ weight.T).argmax(-1)
+        test_top1 = (hidden_states[test_idx].float() @ weight.T).argmax(-1)
+    x = proxy_states.float()
+    splits = dict(
+        train_inputs=x[train_idx],
+        train_teacher_logprobs=train_teacher,
+        val_inputs=x[val_idx],
+        val_top1=val_top1,
+        test_inputs=x[test_idx],
+        test_top1=test_top1,
+    )
+    return _ProxyData(start, singular, token_weights, splits, fit_kwargs)
+
+
+def _check_rank(rank: int, hidden_size: int) -> None:
+    """Raise unless 0 < `rank` < `hidden_size`."""
+    if not 0 < rank < hidden_size:
+        raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
+
+
+def _fitted_candidates(
+    ranks: list[int],
+    nu_by_rank: dict[int, float],
+    kappa: float,
+    data: _ProxyData,
+    reference: ProxyFit,
+    num_assistant_tokens: int,
+    acceptance_rate: float | None,
+) -> list[RankCandidate]:
+    """One row per rank, ρτ(r) from its proxy's agreement relative to the full-head `reference` proxy's."""
+    rows = []
+    for rank in ranks:
+        _check_rank(rank, data.start.shape[1])
+        fit = data.fit_rank(rank)
+        relative = fit.agreement / reference.agreement
+        rho = rho_tau_from_agreements(fit.agreement, reference.agreement, num_assistant_tokens, acceptance_rate)
+        kept = energy(data.singular, rank)
+        nu_r = nu_by_rank[rank]
+        rows.append(
+            RankCandidate(
+                rank=rank,
+                energy=kept,
+                nu=nu_r,
+                agreement=fit.agreement,
+                svd_agreement=fit.initial_agreement,
+                relative_agreement=relative,
+                rho_tau=rho,
+                predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
+            )
+        )
+    return rows
+
+
+def _assumed_candidates(
+    ranks: list[int], nu_by_rank: dict[int, float], kappa: float, hidden_size: int
+) -> list[RankCandidate]:
+    """One row per rank, ρτ(r) the paper-anchored assumption (`assumed_rho_tau`); no energy nor agreements."""
+    rows = []
+    for rank in ranks:
+        _check_rank(rank, hidden_size)
+        rho = assumed_rho_tau(rank, hidden_size)
+        nu_r = nu_by_rank[rank]
+        rows.append(
+            RankCandidate(
+                rank=rank,
+                energy=float("nan"),
+                nu=nu_r,
+                agreement=None,
+                svd_agreement=None,
+                relative_agreement=None,
+                rho_tau=rho,
+                predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
+            )
+        )
+    return rows
 
 
 def choose_rank(
@@ -258,7 +435,7 @@ def choose_rank(
     proxy_weight: torch.Tensor | None = None,
     hidden_size: int | None = None,
     acceptance_rate: float | None = None,
-    num_speculative_tokens: int = 6,
+    num_assistant_tokens: int = 6,
     steps: int = 60,
     lr: float = 0.15,
     batch_size: int = 128,
@@ -279,100 +456,16 @@ def choose_rank(
         raise ValueError("`ranks` is empty; give at least one candidate rank.")
     if acceptance_rate is not None and not 0 < acceptance_rate <= 1:
         raise ValueError(f"`acceptance_rate` must lie in (0, 1], got {acceptance_rate}.")
-    rows, reference = [], None
     if weight is not None:
-        if hidden_states is None:
-            raise ValueError("`hidden_states` (N×d inputs of the head) are required with `weight`.")
-        proxy_states = hidden_states if proxy_states is None else proxy_states
-        for name, states in (("hidden_states", hidden_states), ("proxy_states", proxy_states)):
-            if states.dim() != 2 or states.shape[-1] != weight.shape[1]:
-                raise ValueError(
-                    f"`{name}` must be N×d with d = {weight.shape[1]} (the head's), got {tuple(states.shape)}."
-                )
-        if proxy_states.shape[0] != hidden_states.shape[0]:
-            raise ValueError(
-                f"`proxy_states` ({proxy_states.shape[0]} positions) and `hidden_states` ({hidden_states.shape[0]}) "
-                "must come from the same positions."
-            )
-        n_held = int(eval_fraction * hidden_states.shape[0]) // 2
-        if n_held < 1 or hidden_states.shape[0] - 2 * n_held < 1:
-            raise ValueError(
-                f"{hidden_states.shape[0]} positions with `eval_fraction` = {eval_fraction} leave an empty "
-                "train, validation or test split; give more positions."
-            )
-        weight = weight.detach().float()
-        start = weight if proxy_weight is None else proxy_weight.detach().float()
-        if start.shape != weight.shape:
-            raise ValueError(
-                f"`proxy_weight` must be V×d like `weight` {tuple(weight.shape)}, got {tuple(start.shape)}."
-            )
-        singular = singular_values(start)
-        order = torch.randperm(hidden_states.shape[0], generator=torch.Generator().manual_seed(seed))
-        test_idx, val_idx, train_idx = order[:n_held], order[n_held : 2 * n_held], order[2 * n_held :]
-        with torch.no_grad():
-            train_logits = hidden_states[train_idx].float() @ weight.T
-            weights = token_weights_from_logits(train_logits)
-            train_teacher = F.log_softmax(train_logits, dim=-1)
-            del train_logits
-            val_top1 = (hidden_states[val_idx].float() @ weight.T).argmax(-1)
-            test_top1 = (hidden_states[test_idx].float() @ weight.T).argmax(-1)
-        x = proxy_states.float()
-        splits = dict(
-            train_inputs=x[train_idx],
-            train_teacher_logprobs=train_teacher,
-            val_inputs=x[val_idx],
-            val_top1=val_top1,
-            test_inputs=x[test_idx],
-            test_top1=test_top1,
-        )
         fit_kwargs = dict(steps=steps, lr=lr, batch_size=batch_size, seed=seed)
-        reference = fit_proxy(AdaptedHead(start, seed=seed), **splits, **fit_kwargs, rank=FULL_RANK)
-        logger.info(
-            "full head: top-1 %.3f → %.3f (best step %d) in %.1fs",
-            reference.initial_agreement,
-            reference.agreement,
-            reference.best_step,
-            reference.seconds,
-        )
-        hidden_size = weight.shape[1]
+        data = _prepare_proxy_data(weight, hidden_states, proxy_states, proxy_weight, eval_fraction, fit_kwargs)
+        reference = data.fit_full_head()
+        rows = _fitted_candidates(ranks, nu_by_rank, kappa, data, reference, num_assistant_tokens, acceptance_rate)
     elif hidden_size is None:
         raise ValueError("Pass `weight` and `hidden_states`, or `hidden_size` for the assumed ρτ(r).")
-    for rank in ranks:
-        if not 0 < rank < hidden_size:
-            raise ValueError(f"rank {rank} must satisfy 0 < rank < hidden_size = {hidden_size}.")
-        if weight is not None:
-            moment = second_moment(splits["train_inputs"])
-            down, up = activation_aware_factors(start, moment, rank, token_weights=weights)
-            fit = fit_proxy(AdaptedHead(down, up, seed=seed), **splits, **fit_kwargs, rank=rank)
-            logger.info(
-                "rank %d: top-1 %.3f → %.3f (best step %d) in %.1fs",
-                rank,
-                fit.initial_agreement,
-                fit.agreement,
-                fit.best_step,
-                fit.seconds,
-            )
-            agreement, before = fit.agreement, fit.initial_agreement
-            relative = agreement / reference.agreement
-            rho = rho_tau_from_agreements(agreement, reference.agreement, num_speculative_tokens, acceptance_rate)
-            kept = energy(singular, rank)
-        else:
-            agreement = before = relative = None
-            kept = float("nan")
-            rho = assumed_rho_tau(rank, hidden_size)
-        nu_r = nu_by_rank[rank]
-        rows.append(
-            RankCandidate(
-                rank=rank,
-                energy=kept,
-                nu=nu_r,
-                agreement=agreement,
-                svd_agreement=before,
-                relative_agreement=relative,
-                rho_tau=rho,
-                predicted_speedup=cost_model.speedup(rho, nu_r, kappa),
-            )
-        )
+    else:
+        reference = None
+        rows = _assumed_candidates(ranks, nu_by_rank, kappa, hidden_size)
     best = max(rows, key=lambda c: c.predicted_speedup)
     return best, rows, reference
 
@@ -466,7 +559,7 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
     input at t+1 (N = Σ (len − 1) over `sequences`). These are the states of a drafter that has learnt to build
     them, the realistic input of a drafter's head, which a proxy reading the target's own state is not.
     """
-    from ..generation_slimspec import validate_pairing
+    from ..configuration_slimspec import validate_pairing
     from ..targets import target_features
 
     validate_pairing(drafter, target)
@@ -563,7 +656,7 @@ def load_head_weight(path: str | os.PathLike) -> torch.Tensor:
     raise ValueError(f"No 2-D `lm_head.weight` (or `weight`) in {[str(f) for f in files]}; is it a full head?")
 
 
-def measure_kappa(target, num_speculative_tokens: int, context_length: int = 256, repeats: int = 20) -> dict:
+def measure_kappa(target, num_assistant_tokens: int, context_length: int = 256, repeats: int = 20) -> dict:
     """κ from the target and a (random) full-head drafter of its shape, on this machine."""
     from ..configuration_slimspec import SlimSpecDrafterConfig
     from ..modeling_slimspec import SlimSpecDrafterForCausalLM
@@ -572,7 +665,7 @@ def measure_kappa(target, num_speculative_tokens: int, context_length: int = 256
     config = SlimSpecDrafterConfig.from_target_config(target.config, head_type="full")
     drafter = SlimSpecDrafterForCausalLM(config).to(device=target.device, dtype=target.dtype).eval()
     drafter.attach_target(target)
-    return measure_round_costs(target, drafter, context_length, num_speculative_tokens, repeats=repeats)
+    return measure_round_costs(target, drafter, context_length, num_assistant_tokens, repeats=repeats)
 
 
 def _training_prompts(limit: int) -> list[str]:

@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The one timer of the package, and what every timed `generate` call shares.
+"""The timer of the package, and what every timed `generate` call shares.
 
 - [`synchronize`] + [`Timer`]: wall time with `time.perf_counter`, the device synchronised at both ends (CUDA
   kernels run asynchronously; a CPU needs nothing).

@@ -21,6 +21,8 @@ from ..utils import atomic_path, atomic_write_json
 logger = logging.getLogger(__name__)
 
 EXPORT_FORMATS = ("speculators", "eagle3", "vllm")
+# The proposal length written for a drafter that records no training depth (`ttt_steps`), e.g. an untrained one.
+DEFAULT_SPECULATIVE_TOKENS = 3
 
 
 @torch.no_grad()
@@ -109,7 +111,10 @@ def speculators_config(
         "speculators_model_type": "eagle3",
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": cfg.speculative_tokens}],
+            # speculators' own key; the value is the drafter's training depth
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": int(cfg.ttt_steps or DEFAULT_SPECULATIVE_TOKENS)}
+            ],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier, "architectures": []},
         },
@@ -236,6 +241,7 @@ def export_eagle3(
 
 
 __all__ = [
+    "DEFAULT_SPECULATIVE_TOKENS",
     "EXPORT_FORMATS",
     "speculators_state_dict",
     "speculators_config",

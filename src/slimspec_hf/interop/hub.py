@@ -142,50 +142,31 @@ def push_folder(
             "`create_pr=True` is not supported by the SlimSpec push (the card pins a commit of the target branch); "
             "push to a branch with `revision=...` and open the pull request from it."
         )
+    card_values = {"recipe": recipe, "results": results, "datasets": datasets, "license": license}
     if hasattr(model_dir, "save_pretrained"):
         with tempfile.TemporaryDirectory(prefix="slimspec-push-") as tmp:
             model_dir.save_pretrained(tmp, max_shard_size=max_shard_size)
+            options = {"private": private, "token": token, "commit_description": commit_description, "tags": tags}
             return push_folder(
-                tmp,
-                repo_id,
-                revision=revision,
-                private=private,
-                token=token,
-                commit_message=commit_message,
-                commit_description=commit_description,
-                recipe=recipe,
-                results=results,
-                datasets=datasets,
-                tags=tags,
-                update_card=update_card,
-                license=license,
-            )
+                tmp, repo_id, revision=revision, commit_message=commit_message, update_card=update_card,
+                **options, **card_values,
+            )  # fmt: skip
     folder = Path(model_dir)
     config, _ = read_drafter_config(folder)
     files = _collect_files(folder, config)
     if not update_card and (folder / "README.md").is_file():
         files["README.md"] = folder / "README.md"
-    card_inputs = load_card_inputs(folder)
-    card_inputs = {
-        "recipe": recipe if recipe is not None else card_inputs.get("recipe"),
-        "results": results if results is not None else card_inputs.get("results"),
-        "datasets": datasets if datasets is not None else card_inputs.get("datasets"),
-        "license": license or card_inputs.get("license") or target_license(config, token=token),
-    }
+    stored = load_card_inputs(folder)
+    card_inputs = {key: value if value is not None else stored.get(key) for key, value in card_values.items()}
+    card_inputs["license"] = license or stored.get("license") or target_license(config, token=token)
     if update_card:  # validate the inputs before anything is uploaded
         render_model_card(config, repo_id=repo_id, tags=tags, **card_inputs)
 
     api = HfApi(token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     branch = revision or "main"
-    if branch != "main":
-        api.create_branch(repo_id, branch=branch, exist_ok=True)
-    head_before = api.model_info(repo_id, revision=branch).sha
     message = commit_message or f"Upload SlimSpec drafter ({config.get('head_type', 'low_rank')} head)"
-    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=source) for name, source in files.items()]
-    info = api.create_commit(
-        repo_id, operations, commit_message=message, commit_description=commit_description, revision=branch
-    )
+    info, head_before = _commit_files(api, repo_id, branch, files, message, commit_description)
     if not update_card:
         return info, info.oid
     # Pin the commit that holds this code and these weights: the one just made, or, if nothing changed, the one
@@ -199,6 +180,19 @@ def push_folder(
         revision=branch,
     )
     return card_info, pinned
+
+
+def _commit_files(api, repo_id: str, branch: str, files: dict, message: str, description: str | None):
+    """Commits `files` (name in the repo -> local path) to `branch` (created when missing); returns the commit's
+    info and the branch's head before it."""
+    if branch != "main":
+        api.create_branch(repo_id, branch=branch, exist_ok=True)
+    head_before = api.model_info(repo_id, revision=branch).sha
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=source) for name, source in files.items()]
+    info = api.create_commit(
+        repo_id, operations, commit_message=message, commit_description=description, revision=branch
+    )
+    return info, head_before
 
 
 def target_license(config: dict, token: str | None = None) -> str | None:

@@ -11,7 +11,7 @@ from ..configuration_slimspec import HEAD_TYPES
 from .losses import LOSS_TYPES, Objective
 
 
-# The one list of head initialisations (`slimspec convert` offers those that need no training data).
+# The head initialisations (`slimspec convert` offers those that need no training data).
 HEAD_INITS = ("random", "svd", "activation_svd")
 LAYER_INITS = ("auto", "target_last_layer", "random")
 FEATURE_MODES = ("online", "offline")
@@ -172,7 +172,7 @@ class SlimSpecConfig(TrainingArguments):
         },
     )
 
-    num_speculative_tokens: int | None = field(
+    num_assistant_tokens: int | None = field(
         default=None,
         metadata={
             "help": "Tokens the saved drafter drafts per round by default (its generation_config's "
@@ -280,8 +280,8 @@ class SlimSpecConfig(TrainingArguments):
             raise ValueError(f"`head_init` must be one of {list(HEAD_INITS)}, got {self.head_init!r}.")
         if self.target_dtype not in TARGET_DTYPES:
             raise ValueError(f"`target_dtype` must be one of {list(TARGET_DTYPES)}, got {self.target_dtype!r}.")
-        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
-            raise ValueError(f"`num_speculative_tokens` ({self.num_speculative_tokens}) must be at least 1.")
+        if self.num_assistant_tokens is not None and self.num_assistant_tokens < 1:
+            raise ValueError(f"`num_assistant_tokens` ({self.num_assistant_tokens}) must be at least 1.")
         if self.features not in FEATURE_MODES:
             raise ValueError(f"`features` must be one of {list(FEATURE_MODES)}, got {self.features!r}.")
         if self.head_type == "trimmed" and self.draft_vocab_size is None and self.drafter_model is None:

@@ -230,6 +230,69 @@ def conversation_row(prompt: dict, messages: list[dict], finish_reason: str) -> 
     return json.dumps(row, ensure_ascii=False) + "\n"
 
 
+def _eos_ids(model, tokenizer) -> set[int]:
+    """The token ids that end an answer: the model's generation config's (one or a list) and the tokenizer's."""
+    eos_ids = model.generation_config.eos_token_id
+    eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) - {None}
+    eos_ids.add(tokenizer.eos_token_id)
+    return eos_ids
+
+
+def _generation_kwargs(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -> dict:
+    """`generate`'s arguments: sampling at `temperature` > 0 (with `top_p`), else greedy with the sampling settings
+    unset."""
+    gen_kwargs = {
+        "do_sample": temperature > 0,
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if temperature > 0:
+        gen_kwargs.update(temperature=temperature, top_p=top_p)
+    else:
+        gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+    return gen_kwargs
+
+
+def _cut_at_eos(tokenizer, generated: list[list[int]], eos_ids: set[int]) -> tuple[list[tuple[str, str]], int]:
+    """Each generated row decoded up to its first end-of-sequence token, with its finish reason ("stop", or "length"
+    when it has none: cut at the token limit); and how many tokens the answers have (their EOS included)."""
+    answers, new_tokens = [], 0
+    for ids in generated:
+        length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
+        reason = "stop" if length is not None else "length"
+        length = length or len(ids)
+        new_tokens += length
+        answers.append((tokenizer.decode(ids[:length], skip_special_tokens=True), reason))
+    return answers, new_tokens
+
+
+def _answer_batch(model, tokenizer, batch: list[dict], seed: int, gen_kwargs: dict, eos_ids: set[int], device):
+    """Has `model` answer `batch` turn by turn (`answer_turn_by_turn`), seeding torch with `seed + turn` before each
+    turn's `generate`. Returns the conversations, their finish reasons and how many tokens the answers have."""
+    new_tokens = 0
+
+    def generate_turn(active, turn, texts):
+        nonlocal new_tokens
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        torch.manual_seed(seed + turn)
+        output = model.generate(**enc, **gen_kwargs)
+        answers, generated = _cut_at_eos(tokenizer, output[:, enc["input_ids"].shape[1] :].tolist(), eos_ids)
+        new_tokens += generated
+        return answers
+
+    conversations, finish = answer_turn_by_turn(tokenizer, batch, generate_turn)
+    return conversations, finish, new_tokens
+
+
+def _append_conversations(out, prompts: list[dict], conversations: list[list[dict]], finish: list[str]) -> None:
+    """Appends one shard line per conversation to the open shard `out` and syncs it to disk (a killed run loses at
+    most the batch in flight)."""
+    for p, conversation, reason in zip(prompts, conversations, finish):
+        out.write(conversation_row(p, conversation, reason))
+    out.flush()
+    os.fsync(out.fileno())
+
+
 @torch.no_grad()
 def regenerate(
     model,
@@ -261,9 +324,8 @@ def regenerate(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    eos_ids = model.generation_config.eos_token_id
-    eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) - {None}
-    eos_ids.add(tokenizer.eos_token_id)
+    eos_ids = _eos_ids(model, tokenizer)
+    gen_kwargs = _generation_kwargs(tokenizer, max_new_tokens, temperature, top_p)
 
     shard = new_shard_path(out_dir)
     start = time.perf_counter()
@@ -279,34 +341,11 @@ def regenerate(
                 )
                 break
             batch = pending[batch_start : batch_start + batch_size]
-
-            def generate_turn(active, turn, texts, batch_start=batch_start):
-                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-                torch.manual_seed(seed + batch_start + turn)
-                gen_kwargs = {
-                    "do_sample": temperature > 0,
-                    "max_new_tokens": max_new_tokens,
-                    "pad_token_id": tokenizer.pad_token_id,
-                }
-                if temperature > 0:
-                    gen_kwargs.update(temperature=temperature, top_p=top_p)
-                else:
-                    gen_kwargs.update(temperature=None, top_p=None, top_k=None)
-                output = model.generate(**enc, **gen_kwargs)
-                answers = []
-                for ids in output[:, enc["input_ids"].shape[1] :].tolist():
-                    length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
-                    reason = "stop" if length is not None else "length"
-                    length = length or len(ids)
-                    stats["new_tokens"] += length
-                    answers.append((tokenizer.decode(ids[:length], skip_special_tokens=True), reason))
-                return answers
-
-            conversations, finish = answer_turn_by_turn(tokenizer, batch, generate_turn)
-            for p, conversation, reason in zip(batch, conversations, finish):
-                out.write(conversation_row(p, conversation, reason))
-            out.flush()
-            os.fsync(out.fileno())
+            conversations, finish, new_tokens = _answer_batch(
+                model, tokenizer, batch, seed + batch_start, gen_kwargs, eos_ids, device
+            )
+            stats["new_tokens"] += new_tokens
+            _append_conversations(out, batch, conversations, finish)
             stats["done"] += len(batch)
             elapsed = time.perf_counter() - start
             bar.update(len(batch))

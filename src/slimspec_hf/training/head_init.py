@@ -34,8 +34,8 @@ def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterFor
     torch.manual_seed(args.seed)
     dtype = next(target.parameters()).dtype
     drafter = SlimSpecDrafterForCausalLM(config).to(dtype=torch.float32 if dtype != torch.float32 else dtype)
-    if args.num_speculative_tokens is not None:  # a decoding default: the drafter's generation_config holds it
-        drafter.generation_config.num_assistant_tokens = int(args.num_speculative_tokens)
+    if args.num_assistant_tokens is not None:  # a decoding default: the drafter's generation_config holds it
+        drafter.generation_config.num_assistant_tokens = int(args.num_assistant_tokens)
     return drafter
 
 
@@ -234,7 +234,7 @@ def freeze_backbone(drafter: SlimSpecDrafterForCausalLM) -> SlimSpecDrafterForCa
 
 
 def apply_lora(drafter: SlimSpecDrafterForCausalLM, peft_config):
-    """LoRA on the drafter's backbone, the LM head trained in full (PEFT's `modules_to_save`): the one LoRA helper
+    """LoRA on the drafter's backbone, the LM head trained in full (PEFT's `modules_to_save`): the package's LoRA helper
     of the package, for training and for head fine-tunes of converted drafters alike.
 
     `peft_config.target_modules` defaults (None or "all-linear") to [`LORA_TARGET_MODULES`], the layer's projections

@@ -101,13 +101,13 @@ def _float_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _as_float(x: torch.Tensor) -> torch.Tensor:
-    """`x` in its float dtype (one cheap cast for bf16/fp16; elementwise bf16 kernels are ~10x slower on CPU)."""
+    """`x` in its float dtype (one cheap cast for bf16/fp16: elementwise bf16 kernels are much slower on CPU)."""
     return x.to(_float_dtype(x.dtype))
 
 
 # On CPU, an (n, V) fp32 tensor above glibc's largest mmap threshold (32 MiB) is mapped afresh at every allocation
-# and page-faulted in, which made the softmax maths ~5x slower at 256 rows of V = 49,152 than at 64 (measured). The
-# chunk's row count is capped so that one (n, V) fp32 tensor stays under this size.
+# and page-faulted in, which makes the softmax maths of large chunks several times slower per row than of small ones.
+# The chunk's row count is capped so that one (n, V) fp32 tensor stays under this size.
 _CPU_CHUNK_BYTES = 16 * 2**20
 
 
@@ -286,6 +286,58 @@ class _FusedHeadKL(torch.autograd.Function):
         )
 
 
+def _check_ttt_inputs(student_hidden, teacher_hidden, valid, chunk_size: int) -> None:
+    """Raises on shapes that do not match ((S, N, d) states, (S, N) mask, N teacher rows) or a chunk size < 1."""
+    if student_hidden.dim() != 3 or valid.shape != student_hidden.shape[:2]:
+        raise ValueError(
+            f"`student_hidden` must be (S, N, d) matching `valid` (S, N); got {tuple(student_hidden.shape)} and "
+            f"{tuple(valid.shape)}."
+        )
+    if teacher_hidden.shape[0] != student_hidden.shape[1]:
+        raise ValueError(f"`teacher_hidden` has {teacher_hidden.shape[0]} rows, expected {student_hidden.shape[1]}.")
+    if chunk_size < 1:
+        raise ValueError(f"`kl_chunk_size` ({chunk_size}) must be a positive number of positions.")
+
+
+@torch.no_grad()
+def _ttt_loss_without_grad(
+    student_hidden,
+    teacher_hidden,
+    valid,
+    weights,
+    student_head,
+    teacher_head,
+    compact_ids,
+    chunk_size,
+    top_k,
+    top_k_weight,
+    objective,
+) -> TTTLossOutput:
+    """What `_FusedHeadKL.forward` returns (same arguments, no parameters), without computing any gradient."""
+    num_steps, num_rows = valid.shape
+    counts = valid.sum(-1)
+    kl_sum = torch.zeros(num_steps, dtype=torch.float32, device=student_hidden.device)
+    objective_sum = torch.zeros_like(kl_sum)
+    correct = torch.zeros(num_steps, dtype=torch.long, device=student_hidden.device)
+    for start in range(0, num_rows, chunk_size):
+        rows = slice(start, start + chunk_size)
+        if not valid[:, rows].any():
+            continue
+        teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids, top_k)
+        for k in range(num_steps):
+            keep = valid[k, rows]
+            if not keep.any():
+                continue
+            logits = student_head(student_hidden[k, rows])
+            kl, value, hit, _ = _student_step(logits, teacher, top_k_weight, objective)
+            kl_sum[k] += kl.float().masked_fill(~keep, 0).sum()
+            objective_sum[k] += value.float().masked_fill(~keep, 0).sum()
+            correct[k] += (hit & keep).sum()
+    step_kl = kl_sum / counts.clamp(min=1)
+    loss = (objective_sum / counts.clamp(min=1) * weights.to(step_kl.device)).sum()
+    return TTTLossOutput(loss, step_kl, correct, counts)
+
+
 def ttt_kl_loss(
     student_hidden: torch.Tensor,
     teacher_hidden: torch.Tensor,
@@ -318,58 +370,24 @@ def ttt_kl_loss(
             p_j log q_j)` is added to each row's KL in the loss (`step_kl` still reports the KL alone).
         objective: the KL (default) or an LK loss (`Objective`); `step_kl` reports the KL whatever is minimised.
     """
-    if student_hidden.dim() != 3 or valid.shape != student_hidden.shape[:2]:
-        raise ValueError(
-            f"`student_hidden` must be (S, N, d) matching `valid` (S, N); got {tuple(student_hidden.shape)} and "
-            f"{tuple(valid.shape)}."
-        )
-    if teacher_hidden.shape[0] != student_hidden.shape[1]:
-        raise ValueError(f"`teacher_hidden` has {teacher_hidden.shape[0]} rows, expected {student_hidden.shape[1]}.")
-    if chunk_size < 1:
-        raise ValueError(f"`kl_chunk_size` ({chunk_size}) must be a positive number of positions.")
+    _check_ttt_inputs(student_hidden, teacher_hidden, valid, chunk_size)
     params = [p for p in params if p.requires_grad]
-    weights = weights.float()
-    needs_grad = torch.is_grad_enabled() and (student_hidden.requires_grad or bool(params))
-    if needs_grad:
-        loss, step_kl, correct, counts = _FusedHeadKL.apply(
-            student_hidden,
-            teacher_hidden.detach(),
-            valid,
-            weights,
-            student_head,
-            teacher_head,
-            compact_ids,
-            chunk_size,
-            top_k,
-            top_k_weight if top_k else 0.0,
-            objective,
-            *params,
-        )
-        return TTTLossOutput(loss, step_kl, correct, counts)
-    with torch.no_grad():
-        num_steps, num_rows = valid.shape
-        counts = valid.sum(-1)
-        kl_sum = torch.zeros(num_steps, dtype=torch.float32, device=student_hidden.device)
-        objective_sum = torch.zeros_like(kl_sum)
-        correct = torch.zeros(num_steps, dtype=torch.long, device=student_hidden.device)
-        top_k_weight = top_k_weight if top_k else 0.0
-        for start in range(0, num_rows, chunk_size):
-            rows = slice(start, start + chunk_size)
-            if not valid[:, rows].any():
-                continue
-            teacher = _teacher_chunk(teacher_head, teacher_hidden[rows], compact_ids, top_k)
-            for k in range(num_steps):
-                keep = valid[k, rows]
-                if not keep.any():
-                    continue
-                logits = student_head(student_hidden[k, rows])
-                kl, value, hit, _ = _student_step(logits, teacher, top_k_weight, objective)
-                kl_sum[k] += kl.float().masked_fill(~keep, 0).sum()
-                objective_sum[k] += value.float().masked_fill(~keep, 0).sum()
-                correct[k] += (hit & keep).sum()
-        step_kl = kl_sum / counts.clamp(min=1)
-        loss = (objective_sum / counts.clamp(min=1) * weights.to(step_kl.device)).sum()
-        return TTTLossOutput(loss, step_kl, correct, counts)
+    inputs = (  # `_FusedHeadKL.forward`'s arguments, before the parameters
+        student_hidden,
+        teacher_hidden.detach(),
+        valid,
+        weights.float(),
+        student_head,
+        teacher_head,
+        compact_ids,
+        chunk_size,
+        top_k,
+        top_k_weight if top_k else 0.0,
+        objective,
+    )
+    if torch.is_grad_enabled() and (student_hidden.requires_grad or bool(params)):
+        return TTTLossOutput(*_FusedHeadKL.apply(*inputs, *params))
+    return _ttt_loss_without_grad(*inputs)
 
 
 __all__ = [

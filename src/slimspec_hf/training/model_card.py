@@ -113,13 +113,14 @@ PROMPT_SOURCES = {
 # (results key, label) of the measurement conditions shown with each result, in this order.
 RESULT_CONTEXT = (
     ("temperature", "temperature"),
-    ("num_speculative_tokens", "k (draft tokens per round)"),
+    ("num_assistant_tokens", "k (draft tokens per round)"),
     ("num_samples", "questions"),
     ("max_new_tokens", "max new tokens"),
     ("repeats", "repeats"),
     ("dtype", "dtype"),
     ("hardware", "hardware"),
 )
+LEGACY_RESULT_KEYS = {"num_speculative_tokens": "num_assistant_tokens"}  # earlier releases' results key: today's
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
     if settings is None:  # a bare config (or a folder without generation_config.json): the drafter's defaults
         settings = draft_generation_config(SimpleNamespace(**config)).to_dict()
     if settings.get("num_assistant_tokens"):
-        config["num_speculative_tokens"] = settings["num_assistant_tokens"]
+        config["num_assistant_tokens"] = settings["num_assistant_tokens"]
     config["draft_lookup"] = bool(settings.get("draft_lookup"))
     config["draft_tree_size"] = int(settings.get("draft_tree_size") or 0)
     model_type = config.get("model_type")
@@ -306,9 +307,9 @@ def read_results(results: Any) -> list[dict] | None:
                     f"`results` {path} is a `slimspec bench` report with drafters {sorted(index)}; got "
                     f"{name or 'no name'}. Pass `{path}#<drafter name>`."
                 )
-            config = results.get("config") or {}
+            config = _current_keys(results.get("config") or {})
             conditions = {
-                "num_speculative_tokens": config.get("num_speculative_tokens"),
+                "num_assistant_tokens": config.get("num_assistant_tokens"),
                 "num_samples": config.get("num_questions"),
                 "max_new_tokens": config.get("max_new_tokens"),
                 "repeats": config.get("repeats"),
@@ -323,7 +324,7 @@ def read_results(results: Any) -> list[dict] | None:
         raise TypeError(f"`results` must be a dict of metrics or a list of them, got {type(results).__name__}.")
     cleaned = []
     for entry in entries:
-        entry = dict(entry)
+        entry = _current_keys(entry)
         found = [key for key in METRICS if entry.get(key) is not None]
         if not found:
             raise ValueError(
@@ -341,6 +342,12 @@ def read_results(results: Any) -> list[dict] | None:
             )
         cleaned.append(_plain(entry))
     return cleaned
+
+
+def _current_keys(values: Mapping) -> dict:
+    """`values` (a results entry, a bench config) with the `LEGACY_RESULT_KEYS` renamed; a current key wins."""
+    legacy = {new: values[old] for old, new in LEGACY_RESULT_KEYS.items() if old in values}
+    return {**legacy, **{k: v for k, v in values.items() if k not in LEGACY_RESULT_KEYS}}
 
 
 def load_card_inputs(folder: Path) -> dict:
@@ -456,7 +463,7 @@ def _eval_results(results: list[dict], model_name: str) -> list[EvalResult]:
     for entry in results:
         dataset = str(entry["dataset"])
         dataset_type = str(entry.get("dataset_type") or re.sub(r"[^a-z0-9]+", "-", dataset.lower()).strip("-"))
-        args = {k: entry[k] for k in ("temperature", "max_new_tokens", "num_speculative_tokens") if k in entry}
+        args = {k: entry[k] for k in ("temperature", "max_new_tokens", "num_assistant_tokens") if k in entry}
         for key, (label, _) in METRICS.items():
             if entry.get(key) is None:
                 continue
@@ -486,6 +493,102 @@ def _eval_results(results: list[dict], model_name: str) -> list[EvalResult]:
             )
         metrics.add(result.metric_type)
     return evals
+
+
+def _card_target(config: dict) -> str | None:
+    """The target's Hub id recorded in the drafter's config; None (with a warning: the card then has no
+    `base_model` and placeholder snippets) when it records none or a local path."""
+    recorded = config.get("target_model_name_or_path")
+    target = _hub_id(recorded)
+    if target is None:
+        reason = "records no target" if not recorded else f"records the target as {recorded!r}, not a Hub repo id"
+        warnings.warn(
+            f"The drafter config {reason} (`target_model_name_or_path`), so the model card has no `base_model` and "
+            f"its snippets use the placeholder {PLACEHOLDER_TARGET!r}. Set `config.target_model_name_or_path` to the "
+            "target's Hub id (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') before saving.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return target
+
+
+def _nu_text(results: list[dict] | None, head_type: str) -> str:
+    """ν as the card states it: measured values, 1 for the full head, else how to measure it."""
+    values = [e["nu"] for e in results or () if e.get("nu") is not None]
+    if values:
+        return ", ".join(_fmt(v, 3) for v in values) + " (measured)"
+    return "1 (by definition)" if head_type == "full" else "not measured (`slimspec bench-head` measures it)"
+
+
+def _recipe_rows(recipe: dict | None) -> list[tuple[str, str]]:
+    """The recipe table: the fields marked `card` that took effect (else the first dozen plain settings)."""
+    if not recipe:
+        return []
+    # settings that did not take effect: the head init of a warm start; the epochs under a step budget, else the
+    # unset (≤ 0) step budget
+    unused = {"head_init"} if recipe.get("drafter_model") is not None else set()
+    unused.add("num_train_epochs" if (recipe.get("max_steps") or 0) > 0 else "max_steps")
+    rows = [(k, _fmt(recipe[k], 6)) for k in card_fields() if recipe.get(k) is not None and k not in unused]
+    return rows or [(k, _fmt(v, 6)) for k, v in list(recipe.items())[:12] if not isinstance(v, dict)]
+
+
+def _result_row(entry: dict, config: dict) -> dict:
+    """One results entry for the template: its dataset, its conditions (labelled) and its metrics."""
+    values = dict(entry)
+    if values.get("num_assistant_tokens") is None and config.get("num_assistant_tokens"):
+        values["num_assistant_tokens"] = f"{config['num_assistant_tokens']} (the drafter's default)"
+    labelled = dict(RESULT_CONTEXT)
+    keys = [k for k, _ in RESULT_CONTEXT] + [k for k in values if k not in labelled]
+    context = [
+        (labelled.get(k, k), _plurals(f"{values[k]:g}" if isinstance(values[k], float) else str(values[k])))
+        for k in keys
+        if k in values
+        and k not in METRICS
+        and k not in RESULT_FIELDS
+        and isinstance(values[k], (int, float, str))
+        and values[k] != ""
+    ]
+    metrics = [
+        (label, _speedup(entry[k]) if k == "speedup" else _fmt(entry[k], digits))
+        for k, (label, digits) in METRICS.items()
+        if entry.get(k) is not None
+    ]
+    return {"dataset": entry["dataset"], "context": context, "metrics": metrics}
+
+
+def _card_data(target, license, tags, datasets, model_name, results) -> ModelCardData:
+    """The card's front matter; no `pipeline_tag`: a drafter cannot generate on its own, so the Hub must not offer a
+    text-generation widget."""
+    return ModelCardData(
+        base_model=target,
+        license=license,
+        library_name="transformers",
+        inference=False,
+        tags=tags,
+        datasets=datasets or None,
+        model_name=model_name if results else None,
+        eval_results=_eval_results(results, model_name) if results else None,
+    )
+
+
+def _template_values(config: dict, recipe: dict | None, results: list[dict] | None, sources, head: dict) -> dict:
+    """The template's values read from the drafter's config, the public recipe, the results and the prompt sources
+    (besides the card's identity: target, repo, revision, datasets, licence)."""
+    values = {key: config.get(key) for key in ("target_layer_ids", "target_num_hidden_layers", "hidden_size")}
+    values.update({key: config.get(key) for key in ("num_assistant_tokens", "draft_lookup", "draft_tree_size")})
+    return {
+        **values,
+        "vocab_size": config.get("vocab_size"),
+        "target_hidden_size": config.get("target_hidden_size") or config.get("hidden_size"),
+        "nu": _nu_text(results, head["head_type"]),
+        "recipe_rows": _recipe_rows(recipe),
+        "recipe_yaml": yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True).strip() if recipe else "",
+        "results": [_result_row(entry, config) for entry in results or ()],
+        "prompt_sources": [
+            (name, PROMPT_SOURCES.get(name, (None, None))[1], f"{count:,}") for name, count in (sources or {}).items()
+        ],
+        **head,
+    }
 
 
 def render_model_card(
@@ -519,89 +622,18 @@ def render_model_card(
     no `base_model`, with a warning.
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
+    target = _card_target(config)
     full_recipe = _recipe_dict(recipe)
-    recipe_dict = _public_recipe(full_recipe, _hub_id(config.get("target_model_name_or_path")))
+    recipe_dict = _public_recipe(full_recipe, target)
     results_list = read_results(results)
-    datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
     sources = prompt_sources((full_recipe or {}).get("dataset_path"))
-    if not datasets:
-        datasets = hub_datasets(sources)
-    source_rows = [
-        (name, PROMPT_SOURCES.get(name, (None, None))[1], f"{count:,}") for name, count in (sources or {}).items()
-    ]
-
-    recorded = config.get("target_model_name_or_path")
-    target = _hub_id(recorded)
-    if target is None:
-        reason = "records no target" if not recorded else f"records the target as {recorded!r}, not a Hub repo id"
-        warnings.warn(
-            f"The drafter config {reason} (`target_model_name_or_path`), so the model card has no `base_model` and "
-            f"its snippets use the placeholder {PLACEHOLDER_TARGET!r}. Set `config.target_model_name_or_path` to the "
-            "target's Hub id (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') before saving.",
-            UserWarning,
-            stacklevel=2,
-        )
+    datasets = ([datasets] if isinstance(datasets, str) else list(datasets or [])) or hub_datasets(sources)
     model_name = (repo_id or folder_name or "slimspec-drafter").split("/")[-1]
     head = _head_facts(config)
-    head_type = head["head_type"]
-    card_tags = list(BASE_TAGS) + list(HEAD_TAGS.get(head_type, ())) + [t for t in tags or () if t]
-
-    nu_values = [e["nu"] for e in results_list or () if e.get("nu") is not None]
-    if nu_values:
-        nu = ", ".join(_fmt(v, 3) for v in nu_values) + " (measured)"
-    elif head_type == "full":
-        nu = "1 (by definition)"
-    else:
-        nu = "not measured (`slimspec bench-head` measures it)"
-
     license = license or KNOWN_TARGET_LICENSES.get(target or "")
-    # No `pipeline_tag`: a drafter cannot generate on its own, so the Hub must not offer a text-generation widget.
-    card_data = ModelCardData(
-        base_model=target,
-        license=license,
-        library_name="transformers",
-        inference=False,
-        tags=card_tags,
-        datasets=datasets or None,
-        model_name=model_name if results_list else None,
-        eval_results=_eval_results(results_list, model_name) if results_list else None,
-    )
-
-    recipe_rows = []
-    if recipe_dict:
-        # settings that did not take effect: the head init of a warm start; the epochs under a step budget, else
-        # the unset (≤ 0) step budget
-        unused = {"head_init"} if recipe_dict.get("drafter_model") is not None else set()
-        unused.add("num_train_epochs" if (recipe_dict.get("max_steps") or 0) > 0 else "max_steps")
-        highlighted = [k for k in card_fields() if recipe_dict.get(k) is not None and k not in unused]
-        recipe_rows = [(k, _fmt(recipe_dict[k], 6)) for k in highlighted]
-        if not recipe_rows:
-            recipe_rows = [(k, _fmt(v, 6)) for k, v in list(recipe_dict.items())[:12] if not isinstance(v, dict)]
-    result_rows = []
-    for entry in results_list or ():
-        values = dict(entry)
-        if values.get("num_speculative_tokens") is None and config.get("num_speculative_tokens"):
-            values["num_speculative_tokens"] = f"{config['num_speculative_tokens']} (the drafter's default)"
-        labelled = dict(RESULT_CONTEXT)
-        keys = [k for k, _ in RESULT_CONTEXT] + [k for k in values if k not in labelled]
-        context = [
-            (labelled.get(k, k), _plurals(f"{values[k]:g}" if isinstance(values[k], float) else str(values[k])))
-            for k in keys
-            if k in values
-            and k not in METRICS
-            and k not in RESULT_FIELDS
-            and isinstance(values[k], (int, float, str))
-            and values[k] != ""
-        ]
-        metrics = [
-            (label, _speedup(entry[k]) if k == "speedup" else _fmt(entry[k], digits))
-            for k, (label, digits) in METRICS.items()
-            if entry.get(k) is not None
-        ]
-        result_rows.append({"dataset": entry["dataset"], "context": context, "metrics": metrics})
-
+    tags = [*BASE_TAGS, *HEAD_TAGS.get(head["head_type"], ()), *(t for t in tags or () if t)]
     card = ModelCard.from_template(
-        card_data,
+        _card_data(target, license, tags, datasets, model_name, results_list),
         template_str=template_text(),
         model_id=model_name,
         repo_id=repo_id or PLACEHOLDER_REPO,
@@ -609,22 +641,9 @@ def render_model_card(
         target_known=target is not None,
         revision=revision or PLACEHOLDER_REVISION,
         revision_known=revision is not None,
-        target_layer_ids=config.get("target_layer_ids"),
-        target_hidden_size=config.get("target_hidden_size") or config.get("hidden_size"),
-        target_num_hidden_layers=config.get("target_num_hidden_layers"),
-        num_speculative_tokens=config.get("num_speculative_tokens"),
-        draft_lookup=config.get("draft_lookup"),
-        draft_tree_size=config.get("draft_tree_size"),
-        hidden_size=config.get("hidden_size"),
-        vocab_size=config.get("vocab_size"),
-        nu=nu,
-        recipe_rows=recipe_rows,
-        recipe_yaml=yaml.safe_dump(recipe_dict, sort_keys=False, allow_unicode=True).strip() if recipe_dict else "",
-        results=result_rows,
         datasets=datasets,
-        prompt_sources=source_rows,
         license=license,
-        **head,
+        **_template_values(config, recipe_dict, results_list, sources, head),
     )
     # The template's optional sections leave runs of blank lines behind; markdown needs at most one.
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))

@@ -22,7 +22,7 @@ from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
 from .. import targets
-from ..generation_slimspec import validate_pairing
+from ..configuration_slimspec import validate_pairing
 from ..modeling_slimspec import (
     SlimSpecDrafterForCausalLM,
     TargetHead,
@@ -44,8 +44,8 @@ logger = logging.getLogger(__name__)
 
 def emulated_bf16_warning(args: SlimSpecConfig) -> str | None:
     """A warning when training on a CPU asks for bf16 (`bf16` autocast or a bf16 `target_dtype`) that the CPU does
-    not compute natively (no AVX512-BF16/AMX, e.g. an AVX2-only x86): oneDNN then emulates it, measured ≈ 14× slower
-    than fp32 on the embedded recipe (300 vs 22 s a step, 2 threads, an AVX2 EPYC). None where nothing is emulated."""
+    not compute natively (no AVX512-BF16/AMX, e.g. an AVX2-only x86): oneDNN then emulates it, an order of magnitude
+    slower than fp32 (figures: recipes/smollm2-135m-instruct/README.md). None where nothing is emulated."""
     on_cpu = args.use_cpu or not torch.cuda.is_available()
     if not on_cpu or targets.cpu_has_native_bf16():
         return None
@@ -189,19 +189,71 @@ class SlimSpecTrainer(Trainer):
         callbacks=None,
         optimizers=(None, None),
     ):
+        args = self._check_args(args)
+        if args.cpu_threads:
+            torch.set_num_threads(args.cpu_threads)
+        warning = emulated_bf16_warning(args)
+        if warning:
+            logger.warning(warning)
+        target, processing_class = self._load_target(target, processing_class, args)
+        self.target = target
+
+        # Datasets, tokenised with the target's chat template; a continual run reads the training set in its order.
+        train_dataset = self._prepare_train_dataset(train_dataset, eval_dataset, processing_class, args)
+        continual = ContinualState.load(args.continual_dir) if args.continual_dir else None
+        continual_callback = None
+        if args.continual_dir and train_dataset is not None:
+            train_dataset, continual_callback = continue_in_order(train_dataset, continual, args)
+        if eval_dataset is not None:
+            eval_dataset = prepare_dataset(
+                eval_dataset, processing_class, args.max_length, args.dataset_num_proc, name="eval_dataset"
+            )
+
+        model = self._load_or_build_drafter(model, target, args, continual, train_dataset)
+        self._layer_ids = list(model.config.target_layer_ids)
+        model = self._trainable_drafter(model, args, peft_config)
+        if data_collator is None:
+            pad = getattr(processing_class, "pad_token_id", None)
+            data_collator = SlimSpecDataCollator(pad_token_id=pad if pad is not None else 0)
+
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._tokenizer = processing_class
+        super().__init__(
+            model=self._ttt_model(model, target, args),
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=None,  # the drafter uses the target's tokenizer; nothing to save with it
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        if args.max_train_seconds is not None:
+            self.add_callback(TimeLimitCallback(args.max_train_seconds))
+        self._continual = continual_callback is not None
+        if self._continual:
+            self.add_callback(continual_callback)
+        self.target.to(self.args.device)
+        if self.args.features == "offline":
+            self._cache_root = feature_cache_root(args, target, self._layer_ids)
+
+    # -- construction: arguments, target, datasets, drafter ------------------------------------------------------
+    @staticmethod
+    def _check_args(args: SlimSpecConfig | None) -> SlimSpecConfig:
+        """`args`, by default `SlimSpecConfig(output_dir="slimspec-drafter")`; refused when not a `SlimSpecConfig` or
+        when it asks for `load_best_model_at_end`."""
         if args is None:
             args = SlimSpecConfig(output_dir="slimspec-drafter")
         if not isinstance(args, SlimSpecConfig):
             raise TypeError(f"`args` must be a `SlimSpecConfig`, got {type(args).__name__}.")
         if args.load_best_model_at_end:
             raise ValueError("`load_best_model_at_end=True` is not supported by SlimSpecTrainer; load a checkpoint.")
+        return args
 
-        if args.cpu_threads:
-            torch.set_num_threads(args.cpu_threads)
-        warning = emulated_bf16_warning(args)
-        if warning:
-            logger.warning(warning)
-        # Target: frozen, eval, no grad.
+    @staticmethod
+    def _load_target(target, processing_class, args: SlimSpecConfig):
+        """The target (loaded when given by name, default `args.target_model`), frozen: eval, no grad; and the
+        tokenizer to use (`processing_class`, else the one loaded with the target)."""
         if target is None or isinstance(target, str):
             # fp32 unless `target_dtype` says otherwise: the teacher's logits are the training signal
             target, tokenizer = load_target(
@@ -212,31 +264,31 @@ class SlimSpecTrainer(Trainer):
             )
             processing_class = processing_class if processing_class is not None else tokenizer
         target.eval().requires_grad_(False)
-        self.target = target
+        return target, processing_class
 
-        # Datasets: tokenise conversations with the target's chat template. A conversation of the evaluation set
-        # (same `id`) is never trained on: the drafter is measured on conversations it has not seen.
+    @staticmethod
+    def _prepare_train_dataset(train_dataset, eval_dataset, processing_class, args: SlimSpecConfig):
+        """The training set tokenised, without the evaluation set's conversations (same `id`: the drafter is measured
+        on conversations it has not seen), cut to `max_samples` random rows."""
         if train_dataset is not None and eval_dataset is not None:
             train_dataset = drop_eval_conversations(train_dataset, eval_dataset)
-        if train_dataset is not None:
-            train_dataset = prepare_dataset(train_dataset, processing_class, args.max_length, args.dataset_num_proc)
-            if args.max_samples is not None:
-                # a random subset: `prepare-data` writes rows longest prompt first, so "the first N" would be biased
-                seed = args.data_seed if args.data_seed is not None else args.seed
-                train_dataset = train_dataset.shuffle(seed=seed).select(
-                    range(min(args.max_samples, len(train_dataset)))
-                )
-        continual = ContinualState.load(args.continual_dir) if args.continual_dir else None
-        continual_callback = None
-        if args.continual_dir and train_dataset is not None:
-            train_dataset, continual_callback = continue_in_order(train_dataset, continual, args)
-        if eval_dataset is not None:
-            eval_dataset = prepare_dataset(
-                eval_dataset, processing_class, args.max_length, args.dataset_num_proc, name="eval_dataset"
-            )
+        if train_dataset is None:
+            return None
+        train_dataset = prepare_dataset(train_dataset, processing_class, args.max_length, args.dataset_num_proc)
+        if args.max_samples is not None:
+            # a random subset: `prepare-data` writes rows longest prompt first, so "the first N" would be biased
+            seed = args.data_seed if args.data_seed is not None else args.seed
+            train_dataset = train_dataset.shuffle(seed=seed).select(range(min(args.max_samples, len(train_dataset))))
+        return train_dataset
 
-        # Drafter. One given by path loads in fp32 whatever it was saved in (a shipped drafter is bf16): the
-        # optimiser's master weights must be fp32, or small updates round away; `bf16=True` etc. still apply.
+    @staticmethod
+    def _load_or_build_drafter(
+        model, target: nn.Module, args: SlimSpecConfig, continual: ContinualState | None, train_dataset
+    ) -> SlimSpecDrafterForCausalLM:
+        """The drafter to train, checked against `target` and attached to it: `model`, else the continual run's latest
+        weights, else `args.drafter_model`, else a new one built from the target's config and initialised."""
+        # One given by path loads in fp32 whatever it was saved in (a shipped drafter is bf16): the optimiser's
+        # master weights must be fp32, or small updates round away; `bf16=True` etc. still apply.
         if continual is not None and model is None and continual.has_weights(args.continual_dir):
             model = args.continual_dir  # the run's latest weights, ahead of `drafter_model` where it started
         if model is None and args.drafter_model is not None:
@@ -256,8 +308,12 @@ class SlimSpecTrainer(Trainer):
             raise TypeError(f"`model` must be a SlimSpecDrafterForCausalLM (or a path), got {type(model).__name__}.")
         validate_pairing(model, target)
         model.attach_target(target)
-        self._layer_ids = list(model.config.target_layer_ids)
+        return model
 
+    @staticmethod
+    def _trainable_drafter(model: SlimSpecDrafterForCausalLM, args: SlimSpecConfig, peft_config) -> nn.Module:
+        """The drafter with only its head trainable (`freeze_backbone`), or wrapped with LoRA on its backbone
+        (`peft_config`), or as it is; the two options exclude each other."""
         if args.freeze_backbone:
             if peft_config is not None:
                 raise ValueError(
@@ -267,39 +323,29 @@ class SlimSpecTrainer(Trainer):
             freeze_backbone(model)
         if peft_config is not None:
             model = apply_lora(model, peft_config)
+        return model
 
-        if data_collator is None:
-            pad = getattr(processing_class, "pad_token_id", None)
-            data_collator = SlimSpecDataCollator(pad_token_id=pad if pad is not None else 0)
-
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-        self._tokenizer = processing_class
+    @staticmethod
+    def _ttt_model(model: nn.Module, target: nn.Module, args: SlimSpecConfig) -> SlimSpecTTTModel:
+        """The module the `Trainer` trains: the drafter's TTT unroll and loss, taught by the target's LM head (with
+        its logit soft-capping, if any)."""
         cap = getattr(target.config.get_text_config(decoder=True), "final_logit_softcapping", None)
         wrapper = SlimSpecTTTModel(model, target.get_output_embeddings(), args, logit_softcapping=cap)
         wrapper.base_drafter.config.ttt_steps = args.ttt_steps  # the depth the saved drafter was trained with
-        super().__init__(
-            model=wrapper,
-            args=args,
-            data_collator=data_collator,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=None,  # the drafter uses the target's tokenizer; nothing to save with it
-            callbacks=callbacks,
-            optimizers=optimizers,
-        )
-        if args.max_train_seconds is not None:
-            self.add_callback(TimeLimitCallback(args.max_train_seconds))
-        if continual_callback is not None:
-            self.add_callback(continual_callback)
-        self.target.to(self.args.device)
-        if self.args.features == "offline":
-            self._cache_root = feature_cache_root(args, target, self._layer_ids)
+        return wrapper
 
     # -- properties ----------------------------------------------------------------------------------------------
     @property
     def drafter(self) -> SlimSpecDrafterForCausalLM:
         """The drafter being trained (the base model when PEFT is used)."""
         return self.model.base_drafter
+
+    def _get_train_sampler(self, train_dataset=None):
+        if self._continual:  # the dataset is already in the continual run's order
+            return torch.utils.data.SequentialSampler(
+                train_dataset if train_dataset is not None else self.train_dataset
+            )
+        return super()._get_train_sampler(train_dataset)
 
     def _set_signature_columns_if_needed(self):
         if self._signature_columns is None:
@@ -449,8 +495,8 @@ class SlimSpecTrainer(Trainer):
 
 
 def continue_in_order(train_dataset, state: ContinualState | None, args: SlimSpecConfig):
-    """The training set in the continual run's order from where `state` left it (read sequentially), and the
-    callback that writes the run folder back."""
+    """The training set in the continual run's order from where `state` left it (the trainer reads it in order),
+    and the callback that writes the run folder back."""
     seed = args.data_seed if args.data_seed is not None else args.seed
     if state is None:
         state = ContinualState(data=args.dataset_path, seed=seed)
@@ -469,7 +515,6 @@ def continue_in_order(train_dataset, state: ContinualState | None, args: SlimSpe
     steps = args.max_steps if args.max_steps > 0 else math.ceil(len(train_dataset) * args.num_train_epochs / per_step)
     order = data_order(len(train_dataset), seed, state.position, steps * per_step)
     lengths = [len(ids) for ids in train_dataset["input_ids"]]
-    args.train_sampling_strategy = "sequential"  # the order above is the run's; the sampler must keep it
     callback = ContinualCallback(args.continual_dir, state, [lengths[i] for i in order], per_step)
     return train_dataset.select(order), callback
 

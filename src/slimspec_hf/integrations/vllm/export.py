@@ -53,7 +53,8 @@ def vllm_config(drafter: SlimSpecDrafterForCausalLM, dtype: torch.dtype, verifie
         # kept for the record: which target the drafter was trained for, and the shipped draft length
         slimspec={
             "verifier": spec["speculators_config"]["verifier"]["name_or_path"],
-            "num_speculative_tokens": cfg.speculative_tokens,
+            # vLLM's name for it: the speculators proposal length, i.e. the drafter's `ttt_steps`
+            "num_speculative_tokens": spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"],
         },
     )
     if spec["target_hidden_size"] is not None:

@@ -96,6 +96,28 @@ def regenerate_with_vllm(
     if not pending:
         return stats
     shard = new_shard_path(out_dir)
+    env = _child_env(threads, kv_cache_gib)
+    with tempfile.TemporaryDirectory(prefix="slimspec-vllm-") as tmp:
+        pending_file = Path(tmp) / "pending.jsonl"
+        pending_file.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pending), encoding="utf-8")
+        log_file = Path(tmp) / "vllm.log"
+        cmd = [vllm_python, "-m", "slimspec_hf.integrations.vllm.regenerate"]
+        cmd += ["--target", str(target_dir), "--prompts", str(pending_file), "--shard", str(shard)]
+        cmd += ["--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature), "--top-p", str(top_p)]
+        cmd += ["--seed", str(seed), "--dtype", dtype, "--max-num-seqs", str(max_num_seqs)]
+        cmd += ["--chunk-size", str(chunk_size)]
+        if max_seconds is not None:
+            cmd += ["--max-seconds", str(max_seconds)]
+        returncode, final = _run_child(cmd, env, log_file, len(pending), progress)
+        if returncode != 0 or final is None:
+            raise EngineError(returncode, log_file.read_text(errors="replace")[-3000:])
+    for key in ("done", "new_tokens", "seconds", "left"):
+        stats[key] = final[key]
+    return stats
+
+
+def _child_env(threads: int | None, kv_cache_gib: float) -> dict[str, str]:
+    """The child's environment: this one, with its thread count, vLLM-CPU's KV-cache size and one engine process."""
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(threads or env.get("OMP_NUM_THREADS") or 1)
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -103,70 +125,42 @@ def regenerate_with_vllm(
     # engine, scheduler and model in one process: a separate engine-core process polls its worker and takes most
     # of a second core on CPU for nothing (measured: ~65% of a core beside the worker's 100%)
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    with tempfile.TemporaryDirectory(prefix="slimspec-vllm-") as tmp:
-        pending_file = Path(tmp) / "pending.jsonl"
-        pending_file.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pending), encoding="utf-8")
-        log_file = Path(tmp) / "vllm.log"
-        cmd = [
-            vllm_python,
-            "-m",
-            "slimspec_hf.integrations.vllm.regenerate",
-            "--target",
-            str(target_dir),
-            "--prompts",
-            str(pending_file),
-            "--shard",
-            str(shard),
-            "--max-new-tokens",
-            str(max_new_tokens),
-            "--temperature",
-            str(temperature),
-            "--top-p",
-            str(top_p),
-            "--seed",
-            str(seed),
-            "--dtype",
-            dtype,
-            "--max-num-seqs",
-            str(max_num_seqs),
-            "--chunk-size",
-            str(chunk_size),
-        ]
-        if max_seconds is not None:
-            cmd += ["--max-seconds", str(max_seconds)]
-        final = None
-        with open(log_file, "w") as log:
-            # own session: vLLM tears down its process group on exit, and Ctrl-C or SIGTERM here kills all its workers
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True
-            )
-            # a SIGTERM to this process (kill, a job scheduler) must take the engine down with it
-            previous = signal.signal(signal.SIGTERM, _raise_system_exit)
-            try:
-                for line in iter(proc.stdout.readline, ""):
-                    if not line.startswith(MARK):
-                        continue
-                    report = json.loads(line[len(MARK) :])
-                    if report.get("final"):
-                        final = report
-                    elif progress:
-                        print(
-                            f"prepare-data (vllm): {report['done']}/{len(pending)} answered, "
-                            f"{report['new_tokens'] / max(report['seconds'], 1e-9):.1f} tokens/s",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+    return env
+
+
+def _run_child(
+    cmd: list[str], env: dict[str, str], log_file: Path, total: int, progress: bool
+) -> tuple[int | None, dict | None]:
+    """Runs the child to its end, vLLM's log to `log_file`, relaying its progress reports (out of `total`
+    prompts) to stderr; returns its exit status and its final report (None when it sent none). The child, and
+    every worker it started, is killed if this process is interrupted or terminated."""
+    final = None
+    with open(log_file, "w") as log:
+        # own session: vLLM tears down its process group on exit, and Ctrl-C or SIGTERM here kills all its workers
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, start_new_session=True)
+        # a SIGTERM to this process (kill, a job scheduler) must take the engine down with it
+        previous = signal.signal(signal.SIGTERM, _raise_system_exit)
+        try:
+            for line in iter(proc.stdout.readline, ""):
+                if not line.startswith(MARK):
+                    continue
+                report = json.loads(line[len(MARK) :])
+                if report.get("final"):
+                    final = report
+                elif progress:
+                    print(
+                        f"prepare-data (vllm): {report['done']}/{total} answered, "
+                        f"{report['new_tokens'] / max(report['seconds'], 1e-9):.1f} tokens/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            proc.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            finally:
-                signal.signal(signal.SIGTERM, previous)
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        if proc.returncode != 0 or final is None:
-            raise EngineError(proc.returncode, log_file.read_text(errors="replace")[-3000:])
-    for key in ("done", "new_tokens", "seconds", "left"):
-        stats[key] = final[key]
-    return stats
+    return proc.returncode, final
 
 
 # ----------------------------------------------------------------------------------------------------------------

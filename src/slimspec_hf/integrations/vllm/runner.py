@@ -87,6 +87,8 @@ def _counters(llm) -> dict:
 
 
 def run(args) -> dict:
+    """One engine (the target, with `--draft` if given) over the prompts at each of `--batch-sizes`: startup time,
+    what the loaded drafter's head is made of, and one `_run_batch` result per batch size."""
     from vllm import LLM, SamplingParams
 
     prompts = [json.loads(line) for line in open(args.prompts)]
@@ -127,38 +129,41 @@ def run(args) -> dict:
         "runs": [],
     }
     for batch in args.batch_sizes:
-        # `batch` prompts in flight at once, over distinct prompts (cycling through the file), at least
-        # `min_requests` requests in all
+        # at least `rounds` generate() calls, and at least `min_requests` requests in all
         rounds = max(args.rounds, -(-args.min_requests // batch))
-        chosen = [texts[(batch * r + i) % len(texts)] for r in range(rounds) for i in range(batch)]
-        before = _counters(llm)
-        outputs, elapsed = [], 0.0
-        for r in range(rounds):
-            start = time.perf_counter()
-            outputs += llm.generate(chosen[r * batch : (r + 1) * batch], params, use_tqdm=False)
-            elapsed += time.perf_counter() - start
-        after = _counters(llm)
-        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-        drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
-        accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
-        per_pos = [
-            a - (before["per_pos"][i] if i < len(before["per_pos"]) else 0.0) for i, a in enumerate(after["per_pos"])
-        ]
-        result["runs"].append(
-            {
-                "batch": batch,
-                "requests": len(outputs),
-                "tokens": tokens,
-                "seconds": elapsed,
-                "tok_per_s": tokens / elapsed,
-                # tau: tokens per target forward of a request = 1 (bonus/corrected token) + accepted drafts per round
-                "tau": 1.0 + accepted / drafts if drafts else None,
-                "acceptance_per_pos": [a / drafts for a in per_pos] if drafts else None,
-                "texts": [o.outputs[0].text for o in outputs],
-                "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
-            }
-        )
+        result["runs"].append(_run_batch(llm, texts, params, batch, rounds))
     return result
+
+
+def _run_batch(llm, texts: list[str], params, batch: int, rounds: int) -> dict:
+    """`rounds` generate() calls of `batch` prompts in flight at once, over distinct prompts (cycling through
+    `texts`): tokens/s, τ and per-position acceptance from the spec-decode counters, and the greedy outputs."""
+    chosen = [texts[(batch * r + i) % len(texts)] for r in range(rounds) for i in range(batch)]
+    before = _counters(llm)
+    outputs, elapsed = [], 0.0
+    for r in range(rounds):
+        start = time.perf_counter()
+        outputs += llm.generate(chosen[r * batch : (r + 1) * batch], params, use_tqdm=False)
+        elapsed += time.perf_counter() - start
+    after = _counters(llm)
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
+    accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
+    per_pos = [
+        a - (before["per_pos"][i] if i < len(before["per_pos"]) else 0.0) for i, a in enumerate(after["per_pos"])
+    ]
+    return {
+        "batch": batch,
+        "requests": len(outputs),
+        "tokens": tokens,
+        "seconds": elapsed,
+        "tok_per_s": tokens / elapsed,
+        # tau: tokens per target forward of a request = 1 (bonus/corrected token) + accepted drafts per round
+        "tau": 1.0 + accepted / drafts if drafts else None,
+        "acceptance_per_pos": [a / drafts for a in per_pos] if drafts else None,
+        "texts": [o.outputs[0].text for o in outputs],
+        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+    }
 
 
 def run_interleaved(args) -> dict:
