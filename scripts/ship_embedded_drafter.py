@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
 
     from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf.interop.model_card import CARD_INPUTS_FILE, read_results, write_model_card
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
-    from slimspec_hf.training.model_card import CARD_INPUTS_FILE, read_results, write_model_card
 
     source = Path(args.trained_dir)
     dest = Path(args.dest) if args.dest else EMBEDDED_DRAFTER_DIR

@@ -32,3 +32,21 @@ def test_other_cpus_and_a_users_choice_are_left_alone(tmp_path, no_isa_choice, m
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX10_1_512_AMX")
     assert limit_onednn_isa_on_amx(_cpuinfo(tmp_path, "amx_bf16")) is False
     assert os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX10_1_512_AMX"
+
+
+def test_train_saves_the_drafter_with_its_rendered_card(tmp_path):
+    """`slimspec train` ends with the drafter, the inputs of its card and the card rendered from them."""
+    from slimspec_hf.commands.train import main
+
+    from ..conftest import make_tiny_target
+    from ..training.test_trainer import tiny_rows
+
+    make_tiny_target().save_pretrained(tmp_path / "target")
+    tiny_rows(8).to_json(tmp_path / "rows.jsonl")
+    args = ["--target_model", str(tmp_path / "target"), "--dataset_path", str(tmp_path / "rows.jsonl")]
+    args += ["--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "2"]
+    args += ["--target_layer_ids", "1", "3", "5", "--ttt_steps", "2", "--use_cpu", "true", "--report_to", "none"]
+    with pytest.warns(UserWarning, match="target_model_name_or_path"):  # a local target: placeholder snippets
+        assert main([*args, "--save_strategy", "no", "--disable_tqdm", "true"]) == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "ttt_steps" in card and (tmp_path / "out" / "slimspec_card.json").is_file()

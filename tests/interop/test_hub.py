@@ -119,7 +119,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
 
     from slimspec_hf import SlimSpecDrafterForCausalLM, cli
     from slimspec_hf.interop import hub
-    from slimspec_hf.training.model_card import write_model_card
+    from slimspec_hf.interop.model_card import write_model_card
 
     from ..conftest import make_tiny_drafter, make_tiny_target
 
@@ -420,7 +420,7 @@ def _front_matter(text: str) -> dict:
 def test_card_front_matter_parses_and_carries_the_metrics():
     from huggingface_hub import ModelCard
 
-    from slimspec_hf.training.model_card import render_model_card
+    from slimspec_hf.interop.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct")
     results = [
@@ -464,7 +464,7 @@ def test_card_front_matter_parses_and_carries_the_metrics():
 
 
 def test_card_without_a_target_warns_and_uses_a_placeholder():
-    from slimspec_hf.training.model_card import PLACEHOLDER_TARGET, render_model_card
+    from slimspec_hf.interop.model_card import PLACEHOLDER_TARGET, render_model_card
 
     drafter = _tiny_drafter()
     assert drafter.config.target_model_name_or_path is None
@@ -478,7 +478,7 @@ def test_card_without_a_target_warns_and_uses_a_placeholder():
 
 
 def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
-    from slimspec_hf.training.model_card import render_model_card, write_model_card
+    from slimspec_hf.interop.model_card import render_model_card, write_model_card
 
     from ..conftest import make_tiny_target
 
@@ -505,7 +505,7 @@ def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
     ],
 )
 def test_card_rejects_bad_results(results, match):
-    from slimspec_hf.training.model_card import render_model_card
+    from slimspec_hf.interop.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     with pytest.raises(ValueError, match=match):
@@ -513,7 +513,7 @@ def test_card_rejects_bad_results(results, match):
 
 
 def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
-    from slimspec_hf.training.model_card import CARD_INPUTS_FILE, write_model_card
+    from slimspec_hf.interop.model_card import CARD_INPUTS_FILE, write_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     drafter.save_pretrained(tmp_path)
@@ -531,7 +531,7 @@ def test_write_model_card_is_atomic_and_keeps_earlier_inputs(tmp_path):
 
 
 def test_card_recipe_table_shows_the_settings_that_took_effect():
-    from slimspec_hf.training.model_card import render_model_card
+    from slimspec_hf.interop.model_card import render_model_card
 
     drafter = _tiny_drafter(target_model_name_or_path="org/target")
     cold = str(render_model_card(drafter, recipe={**RECIPE, "head_init": "activation_svd"}))
@@ -546,7 +546,7 @@ def test_card_recipe_table_shows_the_settings_that_took_effect():
 
 
 def test_recipe_dataclass_lists_only_changed_fields():
-    from slimspec_hf.training.model_card import render_model_card
+    from slimspec_hf.interop.model_card import render_model_card
 
     @dataclasses.dataclass
     class Args:
@@ -567,20 +567,20 @@ def test_recipe_dataclass_lists_only_changed_fields():
 
 
 def test_template_ships_in_the_wheel():
-    from slimspec_hf.training.model_card import TEMPLATE_NAME, template_text
+    from slimspec_hf.interop.model_card import TEMPLATE_NAME, template_text
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["slimspec_hf"]
-    assert any(fnmatch(f"training/model_cards/{TEMPLATE_NAME}", p) for p in patterns)
-    assert (REPO_ROOT / "src" / "slimspec_hf" / "training" / "model_cards" / TEMPLATE_NAME).is_file()
+    assert any(fnmatch(f"interop/model_cards/{TEMPLATE_NAME}", p) for p in patterns)
+    assert (REPO_ROOT / "src" / "slimspec_hf" / "interop" / "model_cards" / TEMPLATE_NAME).is_file()
     assert "{{ card_data }}" in template_text()
 
 
 def test_results_from_a_bench_report_pick_the_drafter(tmp_path):
     import json
 
-    from slimspec_hf.training.model_card import read_results
+    from slimspec_hf.interop.model_card import read_results
 
     entry = {"dataset": "Spec-Bench", "temperature": 0.0, "acceptance_length": 2.5, "speedup": 1.4}
     report = tmp_path / "results.json"

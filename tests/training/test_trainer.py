@@ -363,7 +363,9 @@ def test_tiny_training_lowers_loss_and_changes_only_the_drafter(tmp_path):
         assert torch.equal(v, target_before[k]), k
     trainer.save_model()
     saved = os.listdir(tmp_path / "out")
-    assert {"config.json", "model.safetensors", "README.md"} <= set(saved)
+    assert {"config.json", "model.safetensors", "slimspec_card.json"} <= set(saved)  # the card's inputs
+    recorded = json.loads((tmp_path / "out" / "slimspec_card.json").read_text())
+    assert recorded["recipe"]["ttt_steps"] == args.ttt_steps
     from safetensors.torch import load_file
 
     assert not any("embed" in key for key in load_file(tmp_path / "out" / "model.safetensors"))

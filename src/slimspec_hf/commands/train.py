@@ -172,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = trainer.train(resume_from_checkpoint=_resume_value(args.resume_from_checkpoint))
     trainer.save_model(args.output_dir)
+    if trainer.is_world_process_zero():  # the card, from the recipe the trainer recorded with the weights
+        from ..interop.model_card import write_model_card
+
+        write_model_card(args.output_dir)
     # train_results.json (runtime, steps/s, mean loss) and trainer_state.json (the logged loss/accuracy curve)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()

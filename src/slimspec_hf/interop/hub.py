@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""Hub publishing for SlimSpec drafters (the card itself is rendered by [`~training.model_card`]).
+"""Hub publishing for SlimSpec drafters (the card itself is rendered by [`~interop.model_card`]).
 
 - [`push_to_hub`] publishes a drafter folder (or a model): weights, config, the remote-code files named by
   `auto_map`, and the card, whose `trust_remote_code` snippet pins the commit that holds this code and these weights.
@@ -23,7 +23,7 @@ from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
-from ..training.model_card import PINNED, load_card_inputs, read_drafter_config, render_model_card
+from .model_card import PINNED, load_card_inputs, read_drafter_config, render_model_card
 
 
 logger = logging.getLogger(__name__)

@@ -30,13 +30,13 @@ from ..modeling_slimspec import (
 )
 from ..targets import load_target, target_features
 from .callbacks import TimeLimitCallback
+from .card_inputs import record_card_inputs
 from .config import SlimSpecConfig
 from .continual import ContinualCallback, ContinualState, data_order
 from .data import SlimSpecDataCollator, prepare_dataset
 from .features import feature_cache_root, feature_path, read_features, write_features
 from .head_init import apply_lora, build_drafter, freeze_backbone, initialise_head, initialise_layer_from_target
 from .losses import Objective, effective_chunk_size, step_weights, ttt_kl_loss, ttt_targets
-from .model_card import write_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -465,12 +465,15 @@ class SlimSpecTrainer(Trainer):
         self.create_model_card(output_dir=output_dir)
 
     def create_model_card(self, output_dir: str | None = None, dataset_name: str | list[str] | None = None, **kwargs):
-        """Writes the drafter's model card (`README.md`, see [`~model_card.write_model_card`]) into `output_dir`
-        (default `args.output_dir`): the recipe table lists the [`SlimSpecConfig`] fields marked `card`."""
+        """Records the drafter card's inputs in `output_dir` (default `args.output_dir`; `slimspec_card.json`: the
+        recipe, whose [`SlimSpecConfig`] fields marked `card` the card lists, and `dataset_name`). The card itself is
+        rendered where the drafter is published: `slimspec train` at the end, `slimspec push`,
+        `slimspec_hf.interop.model_card.write_model_card`."""
         if not self.is_world_process_zero():
             return None
         recipe = {k: v for k, v in self.args.to_dict().items() if not k.startswith("_") and "token" not in k}
-        return write_model_card(output_dir or self.args.output_dir, recipe=recipe, datasets=dataset_name)
+        datasets = [dataset_name] if isinstance(dataset_name, str) else dataset_name
+        return record_card_inputs(output_dir or self.args.output_dir, recipe=recipe, datasets=datasets)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         from safetensors.torch import load_file

@@ -1,7 +1,7 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """The model card of a SlimSpec drafter.
 
-- [`render_model_card`] fills the template shipped in `slimspec_hf/training/model_cards/drafter_card.md` (front
+- [`render_model_card`] fills the template shipped in `slimspec_hf/interop/model_cards/drafter_card.md` (front
   matter with `base_model`, tags, datasets and measured results as `model-index`; quick start, the
   `trust_remote_code=True` variant with a pinned revision, head details, recipe, results, limitations, citations).
   The recipe table lists the [`SlimSpecConfig`] fields marked `card` in their metadata.
@@ -27,14 +27,14 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..generation_slimspec import draft_generation_config
+from ..training.card_inputs import CARD_INPUTS_FILE, load_card_inputs, plain, recipe_dict
+from ..training.config import SlimSpecConfig, card_fields
 from ..utils import atomic_write
-from .config import SlimSpecConfig, card_fields
 
 
 MODEL_TYPE = SlimSpecDrafterConfig.model_type
 HEAD_TAGS = {"low_rank": ("low-rank-head",), "trimmed": ("vocabulary-trimming",)}
 BASE_TAGS = ("speculative-decoding", "eagle3", "slimspec")
-CARD_INPUTS_FILE = "slimspec_card.json"
 TEMPLATE_NAME = "drafter_card.md"
 # results key -> (metric name in the card, digits)
 METRICS = {
@@ -46,8 +46,6 @@ METRICS = {
     "kappa": ("κ (full-head time / rest of the drafter step)", 3),
 }
 RESULT_FIELDS = ("dataset", "dataset_type", "dataset_config", "dataset_split", "task")
-# Keys never copied from a recipe into a public card: local paths and credentials.
-RECIPE_PRIVATE = re.compile(r"(token|secret|password|_dir$|^output_dir$|^logging_dir$|^resume_from_checkpoint$)")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PINNED = re.compile(r'revision="([0-9a-f]{40})"')
 PLACEHOLDER_TARGET = "<target-model-id>"
@@ -132,7 +130,7 @@ def template_text() -> str:
     """The drafter card template, read from the installed package (works from a wheel or a zip)."""
     return (
         importlib.resources.files("slimspec_hf")
-        .joinpath("training", "model_cards", TEMPLATE_NAME)
+        .joinpath("interop", "model_cards", TEMPLATE_NAME)
         .read_text(encoding="utf-8")
     )
 
@@ -189,40 +187,6 @@ def _hub_id(name: str | None) -> str | None:
     return str(name)
 
 
-def _plain(value: Any) -> Any:
-    """A YAML/JSON-safe copy of a recipe value."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if hasattr(value, "value") and isinstance(value.value, (str, int)):  # enums
-        return value.value
-    return str(value)
-
-
-def _recipe_dict(recipe: Any) -> dict | None:
-    """A recipe as a dict: a mapping, a YAML/JSON file, or a (Training)arguments dataclass (non-default fields)."""
-    if recipe is None:
-        return None
-    if isinstance(recipe, (str, os.PathLike)):
-        path = Path(recipe)
-        if not path.is_file():
-            raise FileNotFoundError(f"`recipe` ({recipe}) is not a file; pass a YAML recipe, a dict or the config.")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if not isinstance(loaded, Mapping):
-            raise ValueError(f"`recipe` ({recipe}) must hold a YAML mapping, got {type(loaded).__name__}.")
-        recipe = loaded
-    elif dataclasses.is_dataclass(recipe) and not isinstance(recipe, type):
-        recipe = _changed_fields(recipe)
-    elif not isinstance(recipe, Mapping):
-        raise TypeError(
-            f"`recipe` must be a dict, a path to a YAML recipe or a config dataclass, got {type(recipe).__name__}."
-        )
-    return {str(k): _plain(v) for k, v in recipe.items() if not RECIPE_PRIVATE.search(str(k))}
-
-
 def _public_recipe(recipe: Mapping | None, target: str | None) -> dict | None:
     """What a card shows of a recipe: the SlimSpec settings and the optimisation ones, without the machine's
     (`use_cpu`, threads, local data paths) and with `target_model` as the target's Hub id."""
@@ -254,37 +218,6 @@ def _training_argument_fields() -> set[str]:
 
 def _is_training_field(key: str) -> bool:
     return key in _training_argument_fields()
-
-
-def _changed_fields(args: Any) -> dict:
-    """The init fields of a dataclass instance that differ from a default instance of its class.
-
-    The baseline is built by the class itself (from the required fields only) so that what its post-init normalises
-    (TrainingArguments turns `report_to=None` into `[]`, fills `accelerator_config`, ...) does not count as a change;
-    if that fails, the declared field defaults are the baseline.
-    """
-    fields = [f for f in dataclasses.fields(args) if f.init]
-    required = {
-        f.name: getattr(args, f.name)
-        for f in fields
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            baseline = type(args)(**required)
-        defaults = {f.name: getattr(baseline, f.name) for f in fields}
-    except Exception:  # noqa: BLE001 - any failure falls back to the declared defaults
-        defaults = {
-            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            for f in fields
-            if f.name not in required
-        }
-    return {
-        f.name: getattr(args, f.name)
-        for f in fields
-        if f.name in required or _plain(getattr(args, f.name)) != _plain(defaults.get(f.name))
-    }
 
 
 def read_results(results: Any) -> list[dict] | None:
@@ -340,7 +273,7 @@ def read_results(results: Any) -> list[dict] | None:
                 f"`results` entry {entry} has no `dataset`: name the benchmark the metrics were measured on "
                 '(e.g. "dataset": "Spec-Bench").'
             )
-        cleaned.append(_plain(entry))
+        cleaned.append(plain(entry))
     return cleaned
 
 
@@ -348,20 +281,6 @@ def _current_keys(values: Mapping) -> dict:
     """`values` (a results entry, a bench config) with the `LEGACY_RESULT_KEYS` renamed; a current key wins."""
     legacy = {new: values[old] for old, new in LEGACY_RESULT_KEYS.items() if old in values}
     return {**legacy, **{k: v for k, v in values.items() if k not in LEGACY_RESULT_KEYS}}
-
-
-def load_card_inputs(folder: Path) -> dict:
-    path = folder / CARD_INPUTS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        warnings.warn(
-            f"Ignoring {path}: not valid JSON ({err}); the card is rendered from the arguments only.", stacklevel=3
-        )
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def prompt_sources(dataset_path: str | os.PathLike | None) -> dict[str, int] | None:
@@ -623,8 +542,8 @@ def render_model_card(
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
     target = _card_target(config)
-    full_recipe = _recipe_dict(recipe)
-    recipe_dict = _public_recipe(full_recipe, target)
+    full_recipe = recipe_dict(recipe)
+    public_recipe = _public_recipe(full_recipe, target)
     results_list = read_results(results)
     sources = prompt_sources((full_recipe or {}).get("dataset_path"))
     datasets = ([datasets] if isinstance(datasets, str) else list(datasets or [])) or hub_datasets(sources)
@@ -643,7 +562,7 @@ def render_model_card(
         revision_known=revision is not None,
         datasets=datasets,
         license=license,
-        **_template_values(config, recipe_dict, results_list, sources, head),
+        **_template_values(config, public_recipe, results_list, sources, head),
     )
     # The template's optional sections leave runs of blank lines behind; markdown needs at most one.
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
@@ -669,7 +588,7 @@ def write_model_card(
     read_drafter_config(folder)  # fail before writing anything if this is not a drafter folder
     stored = load_card_inputs(folder)
     inputs = {
-        "recipe": _recipe_dict(recipe) if recipe is not None else stored.get("recipe"),
+        "recipe": recipe_dict(recipe) if recipe is not None else stored.get("recipe"),
         "results": read_results(results) if results is not None else stored.get("results"),
         "datasets": ([datasets] if isinstance(datasets, str) else list(datasets))
         if datasets is not None

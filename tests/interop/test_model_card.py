@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import slimspec_hf
-from slimspec_hf.training.model_card import render_model_card
+from slimspec_hf.interop.model_card import render_model_card
 
 
 PACKAGE = Path(slimspec_hf.__file__).parent
@@ -137,7 +137,7 @@ def test_results_from_a_bench_report_take_its_conditions(tmp_path):
 def test_results_and_configs_of_earlier_releases_name_k_the_old_way(tmp_path):
     """`num_speculative_tokens` (results entries, bench reports and stored card inputs written before the draft
     length took transformers' name; config.json files that held k) reads as `num_assistant_tokens`."""
-    from slimspec_hf.training.model_card import write_model_card
+    from slimspec_hf.interop.model_card import write_model_card
 
     entry = {"dataset": "MT-Bench", "acceptance_length": 2.1, "num_speculative_tokens": 4}
     card = str(render_model_card(_config(), results=entry))
@@ -256,7 +256,7 @@ def test_datasets_are_the_hub_datasets_of_the_recipes_prompt_sources(tmp_path):
 
 
 def test_written_card_records_the_datasets_for_a_later_push(tmp_path):
-    from slimspec_hf.training.model_card import load_card_inputs, write_model_card
+    from slimspec_hf.interop.model_card import load_card_inputs, write_model_card
 
     folder = tmp_path / "drafter"
     folder.mkdir()
