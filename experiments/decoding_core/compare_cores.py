@@ -2,7 +2,8 @@
 
 The old core is the shipped drafter folder of an earlier commit loaded as remote code (`trust_remote_code=True`):
 its files install their own `generate()` hooks, which coexist with the current wrapper (each drafter decodes with
-its own code). Every prompt runs every system in turn (interleaved), with the same seed per prompt.
+its own code). Every prompt runs every system in turn (interleaved, the order rotating from prompt to prompt), with
+the same seed per prompt.
 
     OMP_NUM_THREADS=1 python experiments/decoding_core/compare_cores.py --old-commit 7f49308 \
         --dataset mt_bench --limit 1 --max-new-tokens 128 --temperature 0.7 --top-p 0.95 --dtype float32
@@ -87,7 +88,9 @@ def main():
             inputs = encode_prompt(tokenizer, batch[0]["prompt"])
         else:
             inputs = left_padded_batch(tokenizer, [q["prompt"] for q in batch], target.device)
-        for name, (drafter, settings) in systems.items():
+        names = list(systems)
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # the order rotates from batch to batch
+            drafter, settings = systems[name]
             torch.manual_seed(1000 + i)
             kwargs = dict(
                 max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.eos_token_id, **sample, **settings
