@@ -193,11 +193,9 @@ class TargetSlots:
     """What each slot of the target's cache (B, H, S, d) holds: `valid` (B, S), whether the slot is one of the row's
     tokens (False: left padding, or a column a row left unused), and `positions` (B, S), its position.
 
-    A round verifies every row's root and kept nodes as columns after the cache; `commit` moves each row's accepted
-    columns to the front of the round's slots (in place, a gather over the round's columns only), marks the rest of
-    a shorter row's slots unused and crops what no row uses. With one row nothing is ever unused: the cache is
-    exactly plain decoding's. Masks are built from the positions, so sliding windows count a row's positions, not
-    slots.
+    A round verifies every row's root and kept nodes as columns after the cache; `commit` keeps what each row
+    accepted (see there). With one row nothing is ever unused: the cache is exactly plain decoding's. Masks are built
+    from the positions, so sliding windows count a row's positions, not slots.
     """
 
     def __init__(self, valid: torch.Tensor, positions: torch.Tensor):
@@ -215,29 +213,36 @@ class TargetSlots:
 
     def commit(self, cache, positions: torch.Tensor, keeps: list[torch.LongTensor]) -> None:
         """After a round that verified columns at `positions` (B, W): row i keeps columns `keeps[i]` (the root, 0,
-        and its accepted path, in order)."""
-        start, counts = self.valid.shape[1], torch.tensor([keep.numel() for keep in keeps])
-        longest = int(counts.max())
-        index = torch.arange(longest).repeat(len(keeps), 1)  # a row's unused slots keep their columns
-        for i, keep in enumerate(keeps):
-            index[i, : keep.numel()] = keep
-        if not bool((index == torch.arange(longest)).all()):  # rows that kept a prefix need no move
-            for layer in cache.layers:
-                if not getattr(layer, "is_initialized", False):
-                    continue
-                at = (index + start).to(layer.keys.device)[:, None, :, None]
-                for name in ("keys", "values"):
-                    tensor = getattr(layer, name)  # (B, H, S, d): gathered first, then written
-                    tensor[:, :, start : start + longest] = tensor.gather(
-                        2, at.expand(-1, tensor.shape[1], -1, tensor.shape[3])
-                    )
-        surplus = cache.get_seq_length() - (start + longest)
+        and its accepted path, in order).
+
+        One row: the accepted columns move to the front of the round's slots (in place, over the round's columns
+        only) and the rest is cropped, so the cache is exactly plain decoding's. Several rows: no key moves (moving
+        each row's path cost more than the masks it saves, measured at B = 4): the columns a row rejected are marked
+        unused and masked from then on, and the trailing columns no row accepted are cropped."""
+        start, width = self.valid.shape[1], positions.shape[1]
+        if len(keeps) == 1:
+            keep = keeps[0]
+            if not bool((keep == torch.arange(keep.numel())).all()):  # a prefix stays where it is
+                for layer in cache.layers:
+                    if not getattr(layer, "is_initialized", False):
+                        continue
+                    at = keep.to(layer.keys.device) + start
+                    for name in ("keys", "values"):
+                        tensor = getattr(layer, name)  # (1, H, S, d): gathered first, then written
+                        tensor[:, :, start : start + keep.numel()] = tensor.index_select(2, at)
+            used, kept_positions = torch.ones((1, keep.numel()), dtype=torch.bool), positions.cpu()[:, keep]
+        else:
+            used = torch.zeros((len(keeps), width), dtype=torch.bool)
+            for i, keep in enumerate(keeps):
+                used[i, keep] = True
+            last = max(int(keep.max()) + 1 for keep in keeps)
+            used, kept_positions = used[:, :last], positions.cpu()[:, :last]
+        surplus = cache.get_seq_length() - (start + used.shape[1])
         if surplus > 0:
             cache.crop(-surplus)  # transformers' crop takes the number of positions to drop, negated
-        used = torch.arange(longest)[None] < counts[:, None]
         self.contiguous = self.contiguous and bool(used.all())
         self.valid = torch.cat([self.valid, used], dim=1)
-        self.positions = torch.cat([self.positions, positions.cpu().gather(1, index)], dim=1)
+        self.positions = torch.cat([self.positions, kept_positions], dim=1)
 
     def masks(self, windows, trees: list[DraftTree], positions: torch.Tensor, dtype):
         """The attention mask of a round verifying `trees` at `positions` (B, W): None or a 2-D key mask (B, S + W)

@@ -134,13 +134,9 @@ MUTANTS = [
         tests=(f"{FAM}::test_greedy_identity_and_sampling_for_every_family[gpt_oss]",),
     ),
     Mutant(
-        name="batched: a shorter row uses the slot after its accepted columns",
+        name="batched: a row keeps the first column it rejected",
         edits=(
-            Edit(
-                VER,
-                "used = torch.arange(longest)[None] < counts[:, None]",
-                "used = torch.arange(longest)[None] < counts[:, None] + 1",
-            ),
+            Edit(VER, "                used[i, keep] = True", "                used[i, : keep.numel() + 1] = True"),
         ),
         tests=(f"{BATCH_LIVE}[chain-3]",),
     ),
