@@ -69,6 +69,7 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     state = json.loads((folder / STATE_FILE).read_text())
     weights = load_file(folder / "model.safetensors")
     assert all(t.dtype == torch.bfloat16 for t in weights.values())
+    assert not list(folder.glob("*.py"))  # no third copy of the remote code
     assert first.drafter.state_dict()[next(iter(weights))].dtype == torch.float32  # master weights untouched
     assert (state["position"], state["steps"], state["conversations"]) == (6, 3, 6)
     assert state["tokens"] == sum(len(r) for r in seen_first)

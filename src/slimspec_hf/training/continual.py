@@ -137,8 +137,8 @@ class ContinualCallback(TrainerCallback):
 
 
 def write_run_folder(folder: str | Path, drafter, state: ContinualState) -> None:
-    """The drafter's weights in bf16 (its fp32 master weights untouched), its config and `state`, staged beside
-    `folder` and swapped in whole."""
+    """The drafter's weights in bf16 (its fp32 master weights untouched), its config, generation config and `state`,
+    staged beside `folder` and swapped in whole (no copy of the remote code: the package loads a run folder)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     parent = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -153,6 +153,8 @@ def write_run_folder(folder: str | Path, drafter, state: ContinualState) -> None
             drafter.save_pretrained(staging, state_dict=weights, safe_serialization=True)
         finally:
             drafter.config.dtype = dtype
+        for code in staging.glob("*.py"):  # the remote-code copies: a run folder is loaded by the package itself
+            code.unlink()
         atomic_write_json(staging / STATE_FILE, dataclasses.asdict(state))
         shutil.rmtree(old, ignore_errors=True)
         if folder.exists():
