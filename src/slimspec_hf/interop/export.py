@@ -106,15 +106,13 @@ def speculators_config(
         "torch_dtype": dtype_name,
     }
     verifier = verifier_name_or_path or cfg.target_model_name_or_path
+    proposed = int(cfg.ttt_steps or DEFAULT_SPECULATIVE_TOKENS)  # the drafter's training depth
     return {
         "architectures": ["Eagle3Speculator"],
         "speculators_model_type": "eagle3",
         "speculators_config": {
             "algorithm": "eagle3",
-            # speculators' own key; the value is the drafter's training depth
-            "proposal_methods": [
-                {"proposal_type": "greedy", "speculative_tokens": int(cfg.ttt_steps or DEFAULT_SPECULATIVE_TOKENS)}
-            ],
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": proposed}],  # speculators' key
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier, "architectures": []},
         },
