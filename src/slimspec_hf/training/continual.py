@@ -1,13 +1,13 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """Training that carries on across machines: a run folder (`continual_dir`) small enough to commit.
 
-A run on a CPU is cut into sessions of a few hours, each on whatever machine is free. The run folder holds what the
-next session needs and nothing else: the drafter in bf16 (weights, config, generation config) and
-`continual_state.json` (where the run stands in its data order, and what it has trained on so far). A session
-starts from the folder's weights at the folder's place in the data, trains for its wall-clock budget, and writes the
+A run on a CPU is cut into time-boxed calls of a few hours, each on whatever machine is free (`sessions` in the
+state: one entry per call). The run folder holds what the next call needs and nothing else: the drafter in bf16
+(weights, config, generation config) and `continual_state.json` (where the run stands in its data order, and what it
+has trained on so far). A call starts from the folder's weights at the folder's place in the data, trains for its wall-clock budget, and writes the
 folder back at every checkpoint and at the end, each time whole (staged beside it, then swapped in).
 
-The optimiser state is not kept (it would triple the folder): each session starts Adam afresh, so give the recipe a
+The optimiser state is not kept (it would triple the folder): each call starts Adam afresh, so give the recipe a
 short warm-up and a constant learning rate. The data order is fixed by the dataset list and the seed: epoch `e` is
 the training set shuffled with `data_seed + e`, and the position counts conversations from the run's first one.
 When the recipe's data change, the new order starts at its beginning and the totals carry on.
@@ -37,7 +37,7 @@ STATE_FILE = "continual_state.json"
 @dataclasses.dataclass
 class ContinualState:
     """Where a continual run stands. `position` counts conversations in the current data order (`data`, `seed`);
-    the totals count everything the drafter in the folder has trained on in this run, over every session."""
+    the totals count everything the drafter in the folder has trained on in this run, over every call."""
 
     data: str = ""
     seed: int = 0
@@ -100,8 +100,8 @@ class ContinualCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start_step = state.global_step
         self.start_time = time.monotonic()
-        self.session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "from_position": 0}
-        self.session["from_position"] = self.state.position
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.session = {"started": started, "from_position": self.state.position}
 
     def on_save(self, args, state, control, model=None, **kwargs):
         self.write(state.global_step, model)
