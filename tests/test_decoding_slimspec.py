@@ -124,12 +124,13 @@ def test_lm_head_runs_on_the_likely_path_first_and_the_subtree_on_a_miss(monkeyp
     that child's subtree in a second batch. Same output as plain greedy either way, and as all rows at once."""
     target = make_live_target(seed=7)
     drafter = make_oracle_drafter(target)  # its runner-up is sometimes the right child: misses
-    rounds = []  # every round's TargetLogits
+    rounds = []  # every drafted round's TargetLogits
     logits_init = TargetLogits.__init__
 
-    def watched(self, *args, **kwargs):
-        logits_init(self, *args, **kwargs)
-        rounds.append(self)
+    def watched(self, tree, *args, **kwargs):
+        logits_init(self, tree, *args, **kwargs)
+        if tree.tokens:  # the prefill's first token is a round of an empty tree
+            rounds.append(self)
 
     monkeypatch.setattr(TargetLogits, "__init__", watched)
     ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))

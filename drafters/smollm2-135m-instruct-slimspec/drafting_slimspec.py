@@ -27,27 +27,21 @@ ROOT = -1  # the node id of a tree's root: the last token of the sequence
 
 
 class DecodingSequence:
-    """The token ids of one `generate()` call (batch 1) with their key mask and RoPE positions, grown together.
+    """The token ids of one row of a `generate()` call with their key mask and RoPE positions, grown together.
 
     `key_mask[j]` is False for left padding; `positions[j]` counts the real tokens before j (transformers'
     convention: the attention mask's cumulative sum minus one).
     """
 
     def __init__(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None):
-        length = input_ids.shape[1]
-        self.ids = input_ids  # (1, L)
-        self.key_mask = torch.ones(length, dtype=torch.bool, device=input_ids.device)
-        if attention_mask is not None:
-            self.key_mask = attention_mask[0, :length].bool()
+        self.ids, length = input_ids, input_ids.shape[1]  # (1, L)
+        full = torch.ones(length, dtype=torch.bool, device=input_ids.device)
+        self.key_mask = full if attention_mask is None else attention_mask[0, :length].bool()
         self.positions = (self.key_mask.long().cumsum(-1) - 1).clamp(min=0)  # (L,)
 
     @property
     def length(self) -> int:
         return self.ids.shape[1]
-
-    @property
-    def padded(self) -> bool:
-        return not bool(self.key_mask.all())
 
     def append(self, tokens: torch.LongTensor) -> None:
         """Appends `tokens` (1, n)."""
@@ -225,6 +219,10 @@ class DraftTree:
 
     def path_tokens(self, node: int) -> list[int]:
         return [self.tokens[n] for n in self.path(node)]
+
+    def rows(self) -> dict[int, int]:
+        """node -> its row in the round's verification: 0 the root, i the i-th kept node."""
+        return {ROOT: 0, **{node: i + 1 for i, node in enumerate(self.kept)}}
 
     def kept_children(self) -> dict[int, dict[int, int]]:
         """parent -> {token: child} over the kept nodes."""

@@ -11,7 +11,6 @@ it is built or loaded (`SlimSpecDrafterPreTrainedModel.__init__`); importing a m
 import functools
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache
@@ -75,30 +74,25 @@ class DraftSettings:
 
     VARIANTS = ("draft_sampling", "draft_batched")  # settings that replace others in some calls
 
-    def __post_init__(self):
-        def positive(name, value, minimum=1):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    # the least value of each integer setting
+    MINIMA = {"draft_tree_size": 0, "draft_max_batch_size": 0, "draft_lookup_max_ngram": "draft_lookup_min_ngram"}
 
-        positive("num_assistant_tokens", self.num_assistant_tokens)
-        threshold = self.assistant_confidence_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-            raise ValueError(
-                f"`assistant_confidence_threshold` must be a probability in [0, 1], got {threshold!r} "
-                "(0 never stops a round early)."
-            )
-        if not isinstance(self.draft_lookup, bool):
-            raise ValueError(f"`draft_lookup` must be True or False, got {self.draft_lookup!r}.")
-        positive("draft_lookup_min_ngram", self.draft_lookup_min_ngram)
-        positive("draft_lookup_max_ngram", self.draft_lookup_max_ngram, self.draft_lookup_min_ngram)
-        positive("draft_lookup_num_tokens", self.draft_lookup_num_tokens)
-        positive("draft_lookup_extend_ngram", self.draft_lookup_extend_ngram)
-        positive("draft_tree_size", self.draft_tree_size, 0)
-        positive("draft_tree_depth", self.draft_tree_depth)
-        positive("draft_tree_top_k", self.draft_tree_top_k)
-        positive("draft_max_batch_size", self.draft_max_batch_size, 0)
-        for variant in self.VARIANTS:
-            self.check_variant(variant, getattr(self, variant))
+    def __post_init__(self):
+        for name in self.names():
+            value = getattr(self, name)
+            if name in self.VARIANTS:
+                self.check_variant(name, value)
+            elif name == "assistant_confidence_threshold":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                    raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r} (0 never stops early).")
+            elif name == "draft_lookup":
+                if not isinstance(value, bool):
+                    raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+            else:
+                least = self.MINIMA.get(name, 1)
+                least = getattr(self, least) if isinstance(least, str) else least
+                if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                    raise ValueError(f"`{name}` must be an integer >= {least}, got {value!r}.")
 
     @classmethod
     def check_variant(cls, variant: str, settings) -> None:
@@ -200,18 +194,13 @@ class SlimSpecGenerationStats:
             total.rounds += row.rounds
             total.drafted_tokens += row.drafted_tokens
             total.accepted_tokens += row.accepted_tokens
-            for mine, theirs in (
-                (total.accepted_per_position, row.accepted_per_position),
-                (total.drafted_per_position, row.drafted_per_position),
-            ):
+            for name in ("accepted_per_position", "drafted_per_position"):
+                mine, theirs = getattr(total, name), getattr(row, name)
                 mine.extend([0] * (len(theirs) - len(mine)))
-                for i, value in enumerate(theirs):
-                    mine[i] += value
-            for mine, theirs in (
-                (total.rounds_by_source, row.rounds_by_source),
-                (total.accepted_by_source, row.accepted_by_source),
-            ):
-                for source, value in theirs.items():
+                mine[: len(theirs)] = [a + b for a, b in zip(mine, theirs)]
+            for name in ("rounds_by_source", "accepted_by_source"):
+                mine = getattr(total, name)
+                for source, value in getattr(row, name).items():
                     mine[source] = mine.get(source, 0) + value
         return total
 
@@ -243,9 +232,8 @@ class SlimSpecGenerationStats:
         self.accepted_tokens += accepted
         self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
         self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
-        while len(self.drafted_per_position) < positions:
-            self.drafted_per_position.append(0)
-            self.accepted_per_position.append(0)
+        for counts in (self.drafted_per_position, self.accepted_per_position):
+            counts.extend([0] * (positions - len(counts)))
         for i in range(positions):
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += int(i < accepted)
@@ -291,36 +279,36 @@ _KNOWN_MODEL_KWARGS = {
 }
 
 
-def check_batch(model, generation_config, logits_processor, streamer) -> None:
-    """What batched SlimSpec decoding (B > 1) does not support, one clear line each."""
+def check_decoding_inputs(
+    model, drafter, input_ids, generation_config, logits_processor, streamer, settings, model_kwargs
+) -> DynamicCache:
+    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
     attention = getattr(model.config, "_attn_implementation", None)
+    batched = f"SlimSpec decoding with batch size {input_ids.shape[0]}"
+    if input_ids.shape[0] > 1 and streamer is not None:
+        raise ValueError(f"{batched} cannot stream (batch size 1 only); drop the streamer or pass one prompt.")
     windowed = layer_windows(model.config.get_text_config(decoder=True)) is not None
-    if windowed and attention not in TREE_ATTENTION:
+    if input_ids.shape[0] > 1 and windowed and attention not in TREE_ATTENTION:
         raise ValueError(
-            f"SlimSpec decoding with batch size > 1 passes a sliding-window target 4-D attention masks, which "
-            f'`attn_implementation={attention!r}` does not take; load it with `attn_implementation="sdpa"` or pass '
-            "one prompt at a time."
+            f"{batched} passes a sliding-window target 4-D attention masks, which `attn_implementation="
+            f'{attention!r}` does not take; load it with `attn_implementation="sdpa"` or pass one prompt at a time.'
         )
-    if streamer is not None:
-        raise ValueError("SlimSpec decoding streams batch size 1 only; drop the streamer or pass one prompt.")
-    if generation_config.return_dict_in_generate and (
-        generation_config.output_scores or generation_config.output_logits or generation_config.output_hidden_states
+    config = generation_config
+    if (
+        input_ids.shape[0] > 1
+        and config.return_dict_in_generate
+        and (config.output_scores or config.output_logits or config.output_hidden_states)
     ):
         raise ValueError(
-            "SlimSpec decoding with batch size > 1 returns `sequences` only; drop output_scores/output_logits/"
-            "output_hidden_states or pass one prompt."
+            f"{batched} returns `sequences` only; drop output_scores/output_logits/output_hidden_states or pass one "
+            "prompt."
         )
     processing = LogitsProcessing(logits_processor)
-    if processing.processors is not None and not processing.row_wise:
+    if input_ids.shape[0] > 1 and processing.processors is not None and not processing.row_wise:
         names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
         raise ValueError(
-            f"SlimSpec decoding with batch size > 1 applies logits processors one row at a time; {names} hold "
-            "per-batch state. Pass one prompt at a time."
+            f"{batched} applies logits processors per row; {names} hold per-batch state: pass one prompt."
         )
-
-
-def check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs) -> DynamicCache:
-    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
     if generation_config.num_beams > 1 or generation_config.num_return_sequences > 1:
         raise ValueError(
             f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={generation_config.num_beams}, "
@@ -334,7 +322,6 @@ def check_decoding_inputs(model, drafter, input_ids, generation_config, settings
     unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
     if unknown:
         raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
-    attention = getattr(model.config, "_attn_implementation", None)
     if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in TREE_ATTENTION:
         raise ValueError(
             f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
@@ -419,16 +406,7 @@ def reject_draft_settings(kwargs: dict, assistant) -> None:
         )
 
 
-def bound_generate_arguments(arguments: dict) -> tuple[Any, dict]:
-    """The target and the keywords of a bound `generate()` call, flattened (`kwargs` merged in)."""
-    arguments = dict(arguments)
-    target = arguments.pop("self")
-    keywords = dict(arguments.pop("kwargs", None) or {})
-    return target, {**arguments, **keywords}
-
-
 __all__ = [
-    "check_batch",
     "check_decoding_inputs",
     "target_cache",
     "check_drafter_placement",

@@ -43,8 +43,6 @@ from .drafting_slimspec import (
 from .generation_slimspec import (
     DraftSettings,
     SlimSpecGenerationStats,
-    bound_generate_arguments,
-    check_batch,
     check_decoding_inputs,
 )
 from .verification_slimspec import (
@@ -53,7 +51,6 @@ from .verification_slimspec import (
     TargetSlots,
     cache_keyword,
     captured_hidden_states,
-    first_rows_in_one_call,
     layer_windows,
     plain_lm_head,
     row_states,
@@ -155,7 +152,7 @@ class SpeculativeDecoder:
 
     The target's cache and the drafter's are shared by the rows (`TargetSlots`, `DrafterState`); a row that finishes
     (EOS, the length limit, a stopping criterion) leaves the batch. `scores`, `raw_logits` and `hidden_states` are
-    the outputs transformers returns on request (batch 1 only, see `check_batch`).
+    the outputs transformers returns on request (batch 1 only, see `check_decoding_inputs`).
     """
 
     def __init__(self, target, drafter, generation_config, logits_processor, settings: DraftSettings, cache, seqs):
@@ -204,26 +201,21 @@ class SpeculativeDecoder:
             logits_to_keep=1,
             return_dict=True,
         )
-        for b, seq in enumerate(seqs):
-            hidden_states = row_states(out.hidden_states, b)
-            if self.all_hidden_states:
-                self.hidden_states = (tuple(hidden_states),)
-            raw = out.logits[b : b + 1, -1].float()
-            scores = self.processing(seq.ids, raw.clone())
-            if self.do_sample:
-                token = torch.multinomial(torch.softmax(scores, dim=-1), 1)
-            else:
-                token = scores.argmax(-1, keepdim=True)
+        for b, seq in enumerate(seqs):  # each row's token after its prompt: a round that drafted nothing
+            hidden_states, empty = row_states(out.hidden_states, b), DraftTree()
+            logits = TargetLogits(empty, None, None, out.logits[b : b + 1, -1:])
+            acceptance = accept(empty, logits, seq, self.processing, self.do_sample)
             self.state.add_target_features(b, hidden_states)
-            self.scores, self.raw_logits = (scores,), (raw,)
-            seq.append(token)
+            self.scores, self.raw_logits = tuple(acceptance.scores), tuple(acceptance.raw_logits)
+            self.hidden_states = (tuple(hidden_states),) if self.all_hidden_states else ()
+            seq.append(torch.tensor([[acceptance.token]], dtype=seq.ids.dtype, device=seq.ids.device))
 
     def round(self) -> list[torch.LongTensor]:
         """Drafts every active row, verifies them in one forward, accepts per row; returns each active row's
         appended tokens (1, n)."""
         trees = self.propose()
         hidden_states, verified, positions = self.verify(trees)
-        logits = self.target_logits(trees, verified)
+        logits = TargetLogits.of_round(trees, self.head, verified, self.lazy_head)
         keeps, appended = [], []
         for i, (b, tree) in enumerate(zip(self.active, trees)):
             seq = self.seqs[b]
@@ -317,21 +309,11 @@ class SpeculativeDecoder:
             "output_hidden_states": self.captured,
             "return_dict": True,
         }
-        if self.head is None:
-            with shared_kv_heads():
-                out = self.target(**inputs, logits_to_keep=0)
-            return out.hidden_states, out.logits, positions
+        backbone = self.head is not None  # the LM head then runs in the walk, on the rows it reaches
+        model = getattr(self.target, self.target.base_model_prefix) if backbone else self.target
         with shared_kv_heads():
-            out = getattr(self.target, self.target.base_model_prefix)(**inputs)  # the head runs in the walk
-        return out.hidden_states, out.last_hidden_state, positions
-
-    def target_logits(self, trees: list[DraftTree], verified: torch.Tensor) -> list[TargetLogits]:
-        """Each row's `TargetLogits`; the rows every walk starts with (each tree's first batch) in ONE LM-head call."""
-        if self.head is None:
-            return [TargetLogits(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
-        logits = [TargetLogits(t, self.head, verified[i : i + 1], lazy=self.lazy_head) for i, t in enumerate(trees)]
-        first_rows_in_one_call(logits, self.head, verified)
-        return logits
+            out = model(**inputs) if backbone else model(**inputs, logits_to_keep=0)
+        return out.hidden_states, out.last_hidden_state if backbone else out.logits, positions
 
     def take(self, seq: DecodingSequence, tree: DraftTree, logits, acceptance) -> tuple[list[int], torch.LongTensor]:
         """The tokens the round appends (the accepted path and the target's token, cut at EOS and the length
@@ -401,31 +383,46 @@ def settings_lookup(settings: DraftSettings) -> LookupPolicy | None:
     )
 
 
-def speculative_decoding(
+def slimspec_generate(
     model,
-    drafter,
-    input_ids,
+    input_ids: torch.LongTensor,
     logits_processor,
     stopping_criteria,
     generation_config,
-    settings,
-    streamer=None,
+    drafter=None,
+    draft_settings: dict | DraftSettings | None = None,
+    draft_streamer=None,
     **model_kwargs,
 ):
-    """Greedy or sampled decoding of `model` with a SlimSpec drafter; the contract of transformers' decoding loops
+    """`target.generate(**inputs, custom_generate=slimspec_generate, drafter=drafter, draft_settings={...})`: greedy
+    or sampled decoding of `model` with a SlimSpec drafter, on the contract of transformers' decoding loops
     (`generate()` prepared the inputs, processors, stopping criteria and cache; B prompts left-padded as for plain
     `generate()`). Returns the sequences, or a `GenerateDecoderOnlyOutput` with `sequences` and, for one prompt,
-    `scores`, `logits`, `hidden_states` on request and `cache` (`return_dict_in_generate`)."""
-    cache = check_decoding_inputs(model, drafter, input_ids, generation_config, settings, model_kwargs)
-    batch = input_ids.shape[0]
-    if batch > 1:
-        check_batch(model, generation_config, logits_processor, streamer)
+    `scores`, `logits`, `hidden_states` on request and `cache` (`return_dict_in_generate`).
+
+    The callable behind `generate(assistant_model=drafter)`, usable directly (and from the Hub-ready
+    `custom_generate/` folder). `generate()` forwards neither `assistant_model` nor `streamer` to a callable, so the
+    drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`, the drafter's
+    `generation_config` supplying the rest; or `DraftSettings` already resolved for this call) and a streamer as
+    `draft_streamer=` (which then also receives the prompt, as `generate()` would have done).
+    """
+    if not is_slimspec_drafter(drafter):
+        raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
+    settings, batch, streamer = draft_settings, input_ids.shape[0], draft_streamer
+    if not isinstance(settings, DraftSettings):
+        sampled = bool(generation_config.do_sample)
+        settings = DraftSettings.resolve(drafter.generation_config, draft_settings, sampled, batched=batch > 1)
+    cache = check_decoding_inputs(
+        model, drafter, input_ids, generation_config, logits_processor, streamer, settings, model_kwargs
+    )
     mask = model_kwargs.get("attention_mask")
     seqs = [DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)]
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache, seqs)
     drafter.last_generation_stats = decoder.stats()
     return_dict = bool(generation_config.return_dict_in_generate)
     output_scores = return_dict and bool(generation_config.output_scores)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
     decoder.prefill()
     appended = [seq.ids[:, -1:] for seq in seqs]
     while True:
@@ -453,50 +450,12 @@ def speculative_decoding(
     )
 
 
-def slimspec_generate(
-    model,
-    input_ids: torch.LongTensor,
-    logits_processor,
-    stopping_criteria,
-    generation_config,
-    drafter=None,
-    draft_settings: dict | DraftSettings | None = None,
-    draft_streamer=None,
-    **model_kwargs,
-):
-    """`target.generate(**inputs, custom_generate=slimspec_generate, drafter=drafter, draft_settings={...})`.
-
-    The `custom_generate` callable behind `generate(assistant_model=drafter)`, usable directly (and from the
-    Hub-ready `custom_generate/` folder). `generate()` forwards neither `assistant_model` nor `streamer` to a
-    callable, so the drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`,
-    the drafter's `generation_config` supplying the rest; or `DraftSettings` already resolved for this call) and a
-    streamer as `draft_streamer=` (which then also receives the prompt, as `generate()` would have done).
-    """
-    if not is_slimspec_drafter(drafter):
-        raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
-    settings = draft_settings
-    if not isinstance(settings, DraftSettings):
-        sampled, batched = bool(generation_config.do_sample), input_ids.shape[0] > 1
-        settings = DraftSettings.resolve(drafter.generation_config, draft_settings, sampled, batched)
-    if draft_streamer is not None:
-        draft_streamer.put(input_ids.cpu())
-    return speculative_decoding(
-        model,
-        drafter,
-        input_ids,
-        logits_processor,
-        stopping_criteria,
-        generation_config,
-        settings,
-        streamer=draft_streamer,
-        **model_kwargs,
-    )
-
-
 def generate_with_drafter(drafter, generate, arguments: dict):
     """`target.generate(..., assistant_model=drafter)` (bound by name, see `install_generation_hook`), run as
     `generate(..., custom_generate=slimspec_generate, drafter=drafter)`."""
-    target, arguments = bound_generate_arguments(arguments)
+    arguments = dict(arguments)
+    target, keywords = arguments.pop("self"), arguments.pop("kwargs", None) or {}
+    arguments = {**arguments, **keywords}  # flattened: `kwargs` merged in
     arguments.pop("custom_generate", None)
     settings = DraftSettings.explicit(arguments.get("generation_config"), arguments)
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
@@ -520,12 +479,4 @@ def generate_with_drafter(drafter, generate, arguments: dict):
     )
 
 
-__all__ = [
-    "accept",
-    "Acceptance",
-    "generate_with_drafter",
-    "sample_child",
-    "slimspec_generate",
-    "speculative_decoding",
-    "SpeculativeDecoder",
-]
+__all__ = ["accept", "Acceptance", "generate_with_drafter", "sample_child", "slimspec_generate", "SpeculativeDecoder"]

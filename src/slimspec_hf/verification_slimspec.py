@@ -95,12 +95,28 @@ class TargetLogits:
 
     def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
         self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
-        self.rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
+        self.rows = tree.rows()
         self.children: dict[int, list[int]] = {}
         for node in tree.kept:  # parents come before children
             self.children.setdefault(tree.parents[node], []).append(node)
         self.logits = {} if logits is None else {node: logits[:, row] for node, row in self.rows.items()}
         self.batches: list[int] = []  # rows per LM-head call (for tests and profiling)
+
+    @classmethod
+    def of_round(cls, trees: list[DraftTree], head, verified: torch.Tensor, lazy: bool) -> list["TargetLogits"]:
+        """Each row's `TargetLogits` from the round's `verified` (B, W, ·): the last hidden states, whose rows every
+        walk starts with (each tree's first batch) go through ONE LM-head call; or the logits (`head` None)."""
+        if head is None:
+            return [cls(tree, None, None, verified[i : i + 1]) for i, tree in enumerate(trees)]
+        rounds = [cls(tree, head, verified[i : i + 1], lazy=lazy) for i, tree in enumerate(trees)]
+        firsts = [logits.rows_for(ROOT) for logits in rounds]
+        pairs = [(i, logits.rows[n]) for i, (logits, nodes) in enumerate(zip(rounds, firsts)) for n in nodes]
+        index = torch.tensor(pairs, device=verified.device)
+        computed = iter(head(verified[index[:, 0], index[:, 1]]).split(1))  # (1, V) each
+        for logits, nodes in zip(rounds, firsts):
+            logits.logits.update({n: next(computed) for n in nodes})
+            logits.batches.append(len(nodes))
+        return rounds
 
     def __call__(self, node: int) -> torch.Tensor:
         """The target's raw logits (1, V) at `node`'s row."""
@@ -149,34 +165,6 @@ def layer_windows(config) -> int | None | dict[str, int | None]:
         )
     windows = {kind: window if kind == "sliding_attention" else None for kind in set(types)}
     return windows if len(windows) > 1 else next(iter(windows.values()))
-
-
-def tree_ancestors(tree: DraftTree) -> torch.Tensor:
-    """Over the root and the kept nodes (n = kept + 1): which rows each row may see (itself and its ancestors),
-    (n, n) bool."""
-    size = len(tree.kept) + 1
-    rows = {ROOT: 0, **{node: i + 1 for i, node in enumerate(tree.kept)}}
-    ancestors = torch.zeros((size, size), dtype=torch.bool)
-    ancestors[0, 0] = True
-    for node in tree.kept:  # parents come first
-        ancestors[rows[node]] = ancestors[rows[tree.parents[node]]]
-        ancestors[rows[node], rows[node]] = True
-    return ancestors
-
-
-def window_masks(windows, allowed: torch.Tensor, distance: torch.Tensor, dtype) -> torch.Tensor | dict:
-    """Additive masks (B, 1, n, keys) from what each query may see, `allowed` (B, n, keys), and its distance to each
-    key in positions, `distance`: within each layer type's window (`layer_windows`), one mask per type where they
-    differ."""
-
-    def additive(window):
-        visible = allowed if window is None else allowed & (distance < window)
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-        return mask[:, None]
-
-    if isinstance(windows, dict):
-        return {kind: additive(window) for kind, window in windows.items()}
-    return additive(windows)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -259,34 +247,22 @@ class TargetSlots:
         allowed[:, :, :slots] = self.valid[:, None, :]
         allowed[:, torch.arange(width), slots + torch.arange(width)] = True
         for i, tree in enumerate(trees):
-            ancestors = tree_ancestors(tree)
-            allowed[i, : len(ancestors), slots : slots + len(ancestors)] = ancestors
+            rows = tree.rows()
+            for node in tree.kept:  # parents first: a node sees itself, its parent and what its parent sees
+                allowed[i, rows[node], slots:] |= allowed[i, rows[tree.parents[node]], slots:]
         queries = positions.cpu()
         distance = queries[:, :, None] - torch.cat([self.positions, queries], dim=1)[:, None, :]
-        return window_masks(windows, allowed, distance, dtype)
 
+        def additive(window):  # (B, 1, W, S + W), within the layer type's window
+            visible = allowed if window is None else allowed & (distance < window)
+            return torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
 
-def first_rows_in_one_call(targets: list[TargetLogits], head, hidden: torch.Tensor) -> None:
-    """Fills every row's first batch of logits (`TargetLogits.rows_for(ROOT)`) with ONE call of the LM head over the
-    batch's last hidden states `hidden` (B, W, d): row i's `TargetLogits` reads `hidden[i]`."""
-    firsts = [target.rows_for(ROOT) for target in targets]
-    pairs = torch.tensor(
-        [[i, target.rows[n]] for i, (target, nodes) in enumerate(zip(targets, firsts)) for n in nodes]
-    )
-    pairs = pairs.to(hidden.device)
-    computed = head(hidden[pairs[:, 0], pairs[:, 1]])  # (N, V)
-    k = 0
-    for target, nodes in zip(targets, firsts):
-        for n in nodes:
-            target.logits[n] = computed[k : k + 1]
-            k += 1
-        target.batches.append(len(nodes))
+        return {kind: additive(w) for kind, w in windows.items()} if isinstance(windows, dict) else additive(windows)
 
 
 __all__ = [
     "cache_keyword",
     "captured_hidden_states",
-    "first_rows_in_one_call",
     "layer_windows",
     "plain_lm_head",
     "row_states",
@@ -294,6 +270,4 @@ __all__ = [
     "TargetLogits",
     "TargetSlots",
     "TREE_ATTENTION",
-    "tree_ancestors",
-    "window_masks",
 ]

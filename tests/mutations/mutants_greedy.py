@@ -104,8 +104,8 @@ MUTANTS = [
         edits=(
             Edit(
                 VER,
-                "allowed[i, : len(ancestors), slots : slots + len(ancestors)] = ancestors",
-                "allowed[i, : len(ancestors), slots : slots + len(ancestors)] = torch.ones_like(ancestors).tril()",
+                "allowed[i, rows[node], slots:] |= allowed[i, rows[tree.parents[node]], slots:]",
+                "allowed[i, rows[node], slots : slots + rows[node] + 1] = True",
             ),
         ),
         tests=(f"{TREE_LIVE}[tree0]", f"{BATCH_LIVE}[tree]"),
