@@ -55,10 +55,27 @@ def exports(tmp_path_factory, target_dir):
     root = tmp_path_factory.mktemp("exports")
     kwargs = {"dtype": torch.float32}
     return {
+        "eagle31": export_vllm(eagle31_drafter(root / "eagle31-drafter"), root / "vllm31", **kwargs),
         "low_rank": export_vllm(DRAFTER, root / "vllm", verifier_name_or_path=str(target_dir), **kwargs),
         "merged": export_speculators(DRAFTER, root / "speculators", verifier_name_or_path=str(target_dir), **kwargs),
         "safeailab": export_eagle3(DRAFTER, root / "eagle3", **kwargs),
     }
+
+
+def eagle31_drafter(folder: Path) -> Path:
+    """The shipped drafter made EAGLE-3.1-shaped: a norm per target layer before `fc` (weights away from one) and
+    its post-norm state fed back; it drafts other tokens than the shipped one, worse, but losslessly verified."""
+    from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
+
+    shipped = SlimSpecDrafterForCausalLM.from_pretrained(DRAFTER, dtype=torch.float32)
+    config = SlimSpecDrafterConfig(**{**shipped.config.to_dict(), "fc_norm": True, "norm_output": True})
+    drafter = SlimSpecDrafterForCausalLM(config).float()
+    assert not drafter.load_state_dict(shipped.state_dict(), strict=False).unexpected_keys
+    with torch.no_grad():
+        for i, norm in enumerate(drafter.fc_norm):
+            norm.weight.copy_(torch.linspace(0.5, 1.5, norm.weight.numel()).roll(i * 7))
+    drafter.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +110,7 @@ def runs(tmp_path_factory, target_dir, prompts, exports):
         "plain": run_engine(target_dir, prompts, root / "plain.json"),
         "low_rank": run_engine(target_dir, prompts, root / "low_rank.json", exports["low_rank"]),
         "merged": run_engine(target_dir, prompts, root / "merged.json", exports["merged"]),
+        "eagle31": run_engine(target_dir, prompts, root / "eagle31.json", exports["eagle31"]),
     }
 
 
@@ -264,3 +282,24 @@ def test_prepare_data_vllm_engine_samples(tmp_path):
     assert answers[1].keys() == answers[2].keys() and len(answers[1]) == NUM_PROMPTS
     assert all(text for seed in answers for text in answers[seed].values())
     assert sum(answers[1][key] != answers[2][key] for key in answers[1]) >= NUM_PROMPTS // 2, answers
+
+
+def test_plugin_serves_eagle31_drafters_as_they_were_trained(runs, exports):
+    """An EAGLE-3.1 drafter (`fc_norm`, `norm_output`) through the plugin: vLLM's `fc` input is normed per target
+    layer with the exported norms (equal to the drafter's own `fuse` on the same features), the post-norm state is
+    what it feeds back, and greedy output is plain greedy decoding."""
+    from slimspec_hf import SlimSpecDrafterForCausalLM
+
+    served = runs["eagle31"]["drafter"]
+    assert served["class"] == "SlimSpecEagle3LlamaForCausalLM" and served["norm_output"] is True
+    drafter = SlimSpecDrafterForCausalLM.from_pretrained(exports["eagle31"].parent / "eagle31-drafter")
+    width = 3 * drafter.config.target_hidden_size
+    features = torch.randn(2, width, generator=torch.Generator().manual_seed(served["probe_seed"] + 1))
+    with torch.no_grad():
+        ours = drafter.fuse(features)
+        plain = drafter.fc(features)  # what a reader ignoring `fc_norm` would compute
+    fused = torch.tensor(served["fused_probe"])
+    torch.testing.assert_close(fused, ours, atol=1e-4, rtol=1e-4)
+    assert (fused - plain).abs().max() > 1e-2
+    for batch in (1, NUM_PROMPTS):
+        assert _tokens(runs["eagle31"], batch) == _tokens(runs["plain"], batch)

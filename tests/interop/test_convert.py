@@ -423,20 +423,6 @@ def test_unknown_format(tmp_path, target):
         read_eagle3_checkpoint(src)
 
 
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        ({"fc_norm": True}, "`fc_norm` is true"),
-        ({"norm_before_fc": True}, "`norm_before_fc` is true"),
-        ({"norm_output": True}, "`norm_output` is true"),
-    ],
-)
-def test_unmappable_speculators_flags(tmp_path, target, edit, message):
-    src, *_ = speculators_checkpoint(tmp_path, target, **edit)
-    with pytest.raises(ValueError, match=message):
-        read_eagle3_checkpoint(src)
-
-
 def test_missing_norm_before_residual_is_ambiguous(tmp_path, target):
     src, cfg, sd, token_ids = speculators_checkpoint(tmp_path, target)
     del cfg["norm_before_residual"]

@@ -259,6 +259,22 @@ def _scenario_remote_code(workdir: str, repo_id: str, revision: str) -> dict:
     spec = target.generate(prompt, attention_mask=mask, max_new_tokens=20, do_sample=False, assistant_model=drafter)
     out["generate_equal"] = torch.equal(greedy, spec)
     out["generate_rounds"] = drafter.last_generation_stats.rounds
+    drafter.last_generation_stats = None
+    recipe = target.generate(  # transformers' route: the repo's custom_generate/generate.py
+        prompt,
+        attention_mask=mask,
+        max_new_tokens=20,
+        do_sample=False,
+        custom_generate=repo_id,
+        trust_remote_code=True,
+        assistant_model=drafter,
+        draft_tree_size=6,
+        draft_tree_depth=3,
+        draft_tree_top_k=2,
+    )
+    out["custom_generate_equal"] = torch.equal(greedy, recipe)
+    out["custom_generate_rounds"] = drafter.last_generation_stats.rounds
+    out["custom_generate_modules"] = sorted(m for m in sys.modules if "custom_generate" in m)
     out["slimspec_modules_loaded"] = sorted(m for m in sys.modules if m.startswith("slimspec_hf"))
     return out
 
@@ -287,6 +303,9 @@ def test_cli_push_publishes_weights_config_remote_code_and_card(pushed, hub_serv
     assert out["cli_rc"] == 0
     for name in ("config.json", "model.safetensors", "configuration_slimspec.py", "modeling_slimspec.py", "README.md"):
         assert name in out["files_v1"]
+    assert {"custom_generate/generate.py", "custom_generate/README.md"} <= set(out["files_v1"])
+    recipe = hub_server.files(DRAFTER_REPO, out["head_v1"])["custom_generate/generate.py"]
+    assert recipe == (REPO_ROOT / "src/slimspec_hf/custom_generate/generate.py").read_bytes()
     assert "slimspec_card.json" not in out["files_v1"]  # the card's inputs stay local
     config = json.loads(hub_server.files(DRAFTER_REPO, out["head_v1"])["config.json"])
     assert config["auto_map"] == {
@@ -399,6 +418,10 @@ def test_remote_code_without_the_package(pushed, hub_server, tmp_path):
     assert remote["max_diff"] == 0.0
     assert remote["generate_equal"] is True
     assert remote["generate_rounds"] > 0
+    # `generate(custom_generate="org/name", trust_remote_code=True)`: the pushed recipe, lossless, the drafter's code
+    assert remote["custom_generate_equal"] is True
+    assert remote["custom_generate_rounds"] > 0
+    assert any(m.startswith("transformers_modules.") for m in remote["custom_generate_modules"])
 
 
 # ----------------------------------------------------------------------------------------------------------------

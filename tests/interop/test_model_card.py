@@ -206,7 +206,7 @@ def test_card_states_the_decoding_defaults_of_the_folder(tmp_path):
     assert "It drafts a dynamic tree of 8 tokens per round" in str(render_model_card(tmp_path))
 
 
-def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults():
+def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults(tmp_path):
     """Rendered from a drafter object, the card reads the drafter's generation_config; from a config without any
     decoding settings, the defaults a new drafter gets — never "drafts None tokens"."""
     from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
@@ -232,6 +232,12 @@ def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults():
     bare = _config()  # no generation_config: a new drafter's defaults
     default = DraftSettings.num_assistant_tokens  # what a new drafter's generation_config gets
     assert default > 1 and f"It drafts {default} tokens per round" in str(render_model_card(bare))
+    from transformers import GenerationConfig
+
+    drafter.generation_config = GenerationConfig()  # one that sets no draft settings: the defaults, never "None"
+    assert f"It drafts {default} tokens per round" in str(render_model_card(drafter))
+    drafter.save_pretrained(tmp_path / "folder")  # a folder whose generation_config.json sets none either
+    assert f"It drafts {default} tokens per round" in str(render_model_card(tmp_path / "folder"))
 
 
 def _prompt_rows(path, sources):

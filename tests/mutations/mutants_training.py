@@ -41,7 +41,13 @@ MUTANTS = [
     ),
     Mutant(
         name="training: every TTT step reads step 0's states instead of the previous step's",
-        edits=(Edit(TRAINER, 'else {"hidden_states": states[-1]}', 'else {"hidden_states": states[0]}'),),
+        edits=(
+            Edit(
+                TRAINER,
+                '{"hidden_states": drafter.feedback(states[-1])}',
+                '{"hidden_states": drafter.feedback(states[0])}',
+            ),
+        ),
         tests=(UNROLL,),
     ),
     Mutant(
@@ -49,7 +55,7 @@ MUTANTS = [
         edits=(
             Edit(
                 TRAINER,
-                'fed = {"target_features": features} if k == 0 else {"hidden_states": states[-1]}',
+                'fed = {"target_features": features} if k == 0 else {"hidden_states": drafter.feedback(states[-1])}',
                 'fed = {"target_features": features}',
             ),
         ),

@@ -224,6 +224,9 @@ TTT_VARIANTS = {
     "low_rank+lk_alpha": dict(head_type="low_rank", head_rank=8, loss_type="lk_alpha", lk_kl_weight=0.2),
     "low_rank+lk_lambda": dict(head_type="low_rank", head_rank=8, loss_type="lk_lambda", lk_eta=2.0),
     "trimmed+lk_greedy": dict(head_type="trimmed", draft_vocab_size=40, loss_type="lk_greedy"),
+    # EAGLE-3.1: norms before `fc`, the post-norm state fed back between steps
+    "low_rank+fc_norm+norm_output": dict(head_type="low_rank", fc_norm=True, norm_output=True),
+    "full+norm_before_fc": dict(head_type="full", norm_before_fc=True),
 }
 
 

@@ -1,5 +1,6 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""`slimspec convert`: an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators) into a SlimSpec drafter."""
+"""`slimspec convert`: an EAGLE-3 / EAGLE-3.1 drafter (SafeAILab EAGLE, SpecForge, vLLM speculators, TorchSpec) into a
+SlimSpec drafter."""
 
 import argparse
 import shutil
@@ -11,6 +12,7 @@ import torch
 from ..interop.convert import (
     CONVERT_HEAD_INITS,
     CONVERT_HEAD_TYPES,
+    FAMILIES,
     convert_eagle3,
     full_vocab_head,
     read_eagle3_checkpoint,
@@ -38,7 +40,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Convert an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators, detected from config.json) "
         "into a SlimSpec drafter with a low-rank head.",
     )
-    parser.add_argument("--from", dest="source_kind", choices=["eagle3"], required=True, help="source drafter family")
+    parser.add_argument(
+        "--from",
+        dest="source_kind",
+        choices=list(FAMILIES),
+        required=True,
+        help="source drafter family: eagle3 (SafeAILab, SpecForge, speculators; EAGLE-3.1 flags included) or "
+        "torchspec (low-rank head kept as it is)",
+    )
     parser.add_argument(
         "src", help="folder or Hub id (org/name[@revision]) of the EAGLE-3 drafter (config.json + safetensors)"
     )
@@ -71,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     target_name = check_model_source(args.target, "--target", allow_file=True)
     src = resolve_model_folder(args.src, "src", allow_patterns=["*.json", "*.safetensors"])
     ckpt = read_eagle3_checkpoint(src, norm_before_residual=residual)
+    if ckpt.format not in FAMILIES[args.source_kind]:
+        family = next(name for name, formats in FAMILIES.items() if ckpt.format in formats)
+        raise ValueError(
+            f"--from {args.source_kind} was given, but {args.src} is a {ckpt.format} checkpoint; pass --from {family}."
+        )
     target, _ = load_target(target_name, dtype=torch.float32, tokenizer_required=False)
     drafter = convert_eagle3(
         ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
@@ -80,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         f"target layers (hidden_states indices): {drafter.config.target_layer_ids} from {ckpt.layer_ids_origin}",
         f"norm_before_residual: {str(ckpt.norm_before_residual).lower()} ({ckpt.norm_before_residual_origin})",
         f"draft vocabulary: {ckpt.draft_vocab_size} of {drafter.config.vocab_size} tokens",
+        "EAGLE-3.1: " + (", ".join(flag for flag, on in ckpt.flags.items() if on) or "none"),
         f"head: {args.head}" + (f", rank {drafter.config.head_rank}" if args.head == "low_rank" else ""),
     ]
     if args.head == "low_rank":

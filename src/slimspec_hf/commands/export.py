@@ -3,7 +3,7 @@
 
 import argparse
 
-from ..interop.export import EXPORT_FORMATS, export_eagle3, export_speculators
+from ..interop.export import EXPORT_FORMATS, export_eagle3, export_speculators, export_torchspec
 from ..modeling_slimspec import SlimSpecDrafterForCausalLM
 from ..targets import DTYPE_CHOICES, embedded_target_dir, is_embedded, resolve_dtype
 from .common import resolve_model_folder
@@ -13,8 +13,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="slimspec export",
         description="Export a SlimSpec drafter as an EAGLE-3 checkpoint: speculators (merged dense head, vLLM), "
-        "eagle3 (SafeAILab layout, merged head: SGLang, OpenVINO GenAI) or vllm (speculators layout keeping the "
-        "low-rank factors, served by the slimspec vLLM plugin).",
+        "eagle3 (SafeAILab layout, merged head: SGLang, OpenVINO GenAI), vllm (speculators layout keeping the "
+        "low-rank factors, served by the slimspec vLLM plugin) or torchspec (SafeAILab layout keeping the factors).",
     )
     parser.add_argument("--to", dest="fmt", choices=EXPORT_FORMATS, required=True, help="output format")
     parser.add_argument("src", help="folder or Hub id (org/name[@revision]) of the SlimSpec drafter")
@@ -39,12 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         out = export_speculators(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
     elif args.fmt == "eagle3":
         out = export_eagle3(drafter, args.out, dtype=dtype)
+    elif args.fmt == "torchspec":
+        out = export_torchspec(drafter, args.out, dtype=dtype)
     else:
         from ..integrations.vllm.export import export_vllm
 
         out = export_vllm(drafter, args.out, dtype=dtype, verifier_name_or_path=verifier)
-    merged = drafter.config.head_type == "low_rank" and args.fmt != "vllm"
+    merged = drafter.config.head_type == "low_rank" and args.fmt not in ("vllm", "torchspec")
     note = " (low-rank head merged into a dense V×d head)" if merged else ""
-    layout = {"speculators": "speculators EAGLE-3", "eagle3": "SafeAILab EAGLE-3", "vllm": "SlimSpec vLLM"}[args.fmt]
+    layout = {
+        "speculators": "speculators EAGLE-3",
+        "eagle3": "SafeAILab EAGLE-3",
+        "vllm": "SlimSpec vLLM",
+        "torchspec": "TorchSpec low-rank EAGLE-3",
+    }[args.fmt]
     print(f"exported {args.src} as a {layout} checkpoint{note}: {out}")
     return 0

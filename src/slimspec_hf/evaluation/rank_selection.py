@@ -577,7 +577,7 @@ def drafter_states_from_sequences(target, drafter, sequences) -> tuple[torch.Ten
         features, final = target_features(target, ids, layer_ids)
         drafted = drafter(input_ids=ids[:, 1:], target_features=features[:, :-1], logits_to_keep=-1).hidden_states
         heads.append(final[0, 1:].float().cpu())
-        states.append(drafter.norm(drafted)[0].float().cpu())
+        states.append(drafter.head_states(drafted)[0].float().cpu())
     if not heads:
         raise ValueError("Every sequence is shorter than 2 tokens: nothing for the drafter to predict.")
     return torch.cat(heads), torch.cat(states)

@@ -1,10 +1,11 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """EAGLE-3 checkpoints ⇄ SlimSpec drafters.
 
-`slimspec convert` reads an existing EAGLE-3 drafter — SafeAILab EAGLE (`LlamaForCausalLMEagle3`, weights under
-`midlayer.*`) or vLLM speculators (`speculators_model_type: "eagle3"`, weights under `layers.0.*`) — and turns it
+`slimspec convert` reads an existing EAGLE-3 or EAGLE-3.1 drafter — SafeAILab EAGLE / SpecForge
+(`LlamaForCausalLMEagle3`, weights under `midlayer.*`), vLLM speculators (`speculators_model_type: "eagle3"`, weights
+under `layers.0.*`) or TorchSpec (the SafeAILab layout with a low-rank head, `lm_head_rank_divisor`) — and turns it
 into a SlimSpec drafter: same backbone, its draft-vocabulary head expanded to the full vocabulary and factored to
-rank r by truncated SVD. The way back out, `slimspec export --to speculators`, is [`~interop.export`].
+rank r by truncated SVD (a TorchSpec head's two factors are taken as they are). The way back out, `slimspec export --to speculators`, is [`~interop.export`].
 
 Conventions, and where the formats differ (every row is checked below; what cannot be mapped is refused):
 
@@ -13,10 +14,10 @@ Conventions, and where the formats differ (every row is checked below; what cann
 | target layers | not stored: inputs of decoder layers {2, L//2, L-3}; SpecForge/SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids` name layer *outputs* (SGLang captures layer id+1) | `eagle_aux_hidden_state_layer_ids`: inputs of decoder layers (vLLM appends `hidden_states + residual` before layer i); id L is the pre-norm last output | indices into HF `outputs.hidden_states` (0 = embeddings, i = input of layer i; HF's index L is post-norm) |
 | attention input | `cat([norm(emb), norm(h)])` | same | same |
 | residual | the fused state h | h if `norm_before_residual` is false; `hidden_norm(h)` if true (vLLM reads a missing value as true) | h, or `hidden_norm(h)` with `norm_before_residual` |
-| fc input | raw `cat(h_a, h_b, h_c)` | `norm_before_fc` / `fc_norm` put RMSNorms in front of `fc` | raw |
-| state fed back | the layer's pre-norm output | same, unless `norm_output` (post-norm) | pre-norm |
+| fc input | raw `cat(h_a, h_b, h_c)`; SpecForge/TorchSpec's `fc_norm`: an RMSNorm per layer | `norm_before_fc` (one RMSNorm over the concatenation, `input_norm`) / `fc_norm` (one per layer, `fc_norm.{i}`) | the same flags and weight names |
+| state fed back | the layer's pre-norm output; post-norm with SpecForge/TorchSpec's `norm_output` | same, unless `norm_output` (post-norm) | the same flag |
 | embedding | the target's, not stored | optional `embed_tokens.weight` | the target's, never stored |
-| head | K draft-vocab rows, `d2t` offsets (target id = draft id + d2t[draft id]), `t2d` mask | same; `d2t`/`t2d` absent when K = V | full vocabulary (low-rank, full or trimmed) |
+| head | K draft-vocab rows, `d2t` offsets (target id = draft id + d2t[draft id]), `t2d` mask; TorchSpec: `lm_head.down` (r, d), `lm_head.up` (V, r), r = d // `lm_head_rank_divisor` | same; `d2t`/`t2d` absent when K = V | full vocabulary (low-rank, full or trimmed) |
 """
 
 import dataclasses
@@ -40,7 +41,10 @@ from ..training.config import HEAD_INITS
 
 logger = logging.getLogger(__name__)
 
-SOURCE_FORMATS = ("eagle", "speculators")
+SOURCE_FORMATS = ("eagle", "speculators", "torchspec")
+# `slimspec convert --from FAMILY`: the formats each family name covers
+FAMILIES = {"eagle3": ("eagle", "speculators"), "torchspec": ("torchspec",)}
+EAGLE31_FLAGS = ("fc_norm", "norm_before_fc", "norm_output")
 EAGLE_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 # A converted drafter has its own head (not the target's); its head init needs no training data.
 CONVERT_HEAD_TYPES = tuple(h for h in HEAD_TYPES if h != "target")
@@ -61,8 +65,10 @@ SPECULATORS_VERIFIER_KEYS = ("verifier_lm_head.weight", "verifier_norm.weight")
 class Eagle3Checkpoint:
     """An EAGLE-3 drafter read from disk, with its weights renamed to SlimSpec names.
 
-    `backbone` holds `fc.weight`, `layer.*` and `norm.weight`; the head is kept apart as `lm_head` (K×d) with
-    `draft_token_ids` (K,), the full-vocabulary id of each head row (target id = draft id + d2t[draft id]).
+    `backbone` holds `fc.weight`, `layer.*`, `norm.weight` and EAGLE-3.1's `fc_norm.{i}.weight` / `input_norm.weight`;
+    the head is kept apart as `lm_head` (K×d) with `draft_token_ids` (K,), the full-vocabulary id of each head row
+    (target id = draft id + d2t[draft id]); a TorchSpec low-rank head also as its two factors (`lm_head_factors`),
+    `lm_head` being their product.
     `target_layer_ids` are already in SlimSpec's indexing (into `outputs.hidden_states`), or None for EAGLE-3's
     default {2, L//2, L-3} of the target. `norm_before_residual` is the layer variant whose residual is taken after
     `hidden_norm` (speculators only; SafeAILab layers always add the un-normed state).
@@ -81,6 +87,8 @@ class Eagle3Checkpoint:
     layer_ids_origin: str
     norm_before_residual: bool = False
     norm_before_residual_origin: str = "SafeAILab layer: residual is the fused state"
+    flags: dict = dataclasses.field(default_factory=dict)  # EAGLE-3.1: fc_norm, norm_before_fc, norm_output
+    lm_head_factors: tuple[torch.Tensor, torch.Tensor] | None = None  # TorchSpec: (down (r, d), up (V, r))
 
     @property
     def draft_vocab_size(self) -> int:
@@ -98,7 +106,7 @@ def detect_format(config: dict) -> str:
         return "speculators"
     architectures = config.get("architectures") or []
     if any(a in EAGLE_ARCHITECTURES for a in architectures):
-        return "eagle"
+        return "torchspec" if config.get("lm_head_rank_divisor") else "eagle"
     raise ValueError(
         f"Unknown drafter format: config.json has `architectures` {architectures} and no `speculators_model_type`. "
         f"Expected a SafeAILab EAGLE-3 drafter (architectures one of {list(EAGLE_ARCHITECTURES)}) or a vLLM "
@@ -145,10 +153,68 @@ def read_eagle3_checkpoint(path: str | os.PathLike, *, norm_before_residual: boo
     residual = resolve_norm_before_residual(fmt, config, norm_before_residual)
     if fmt == "speculators":
         _check_speculators_config(config)
+    flags = eagle31_flags(fmt, config)
     tensors = load_safetensors_folder(folder)
-    read = _read_eagle if fmt == "eagle" else _read_speculators
+    factors = _torchspec_factors(str(folder), config, tensors) if fmt == "torchspec" else None
+    read = _read_speculators if fmt == "speculators" else _read_eagle
     ckpt = read(str(folder), config, tensors)
-    return dataclasses.replace(ckpt, norm_before_residual=residual[0], norm_before_residual_origin=residual[1])
+    return dataclasses.replace(
+        ckpt,
+        format=fmt,
+        norm_before_residual=residual[0],
+        norm_before_residual_origin=residual[1],
+        flags=flags,
+        lm_head_factors=factors,
+    )
+
+
+def eagle31_flags(fmt: str, config: dict) -> dict:
+    """The EAGLE-3.1 flags of a checkpoint's config (top level, as speculators, vLLM, SpecForge and TorchSpec write
+    them; vLLM also reads `norm_before_fc` from `eagle_config`): JSON booleans, at most one norm in front of `fc`."""
+    flags = {}
+    for flag in EAGLE31_FLAGS:
+        value = config.get(flag, False)
+        if fmt != "speculators" and flag == "norm_before_fc":
+            value = (config.get("eagle_config") or {}).get(flag, value)
+        if not isinstance(value, bool):
+            raise ValueError(f"`{flag}` in config.json is {value!r}; it must be true or false (a JSON boolean).")
+        flags[flag] = value
+    if flags["fc_norm"] and flags["norm_before_fc"]:
+        raise ValueError(
+            "config.json sets both `fc_norm` and `norm_before_fc`; an EAGLE-3.1 drafter has at most one norm in front "
+            "of `fc` (speculators refuses both as well), so its forward is ambiguous."
+        )
+    return flags
+
+
+def _torchspec_factors(path: str, config: dict, tensors: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """TorchSpec's low-rank head, checked against its config (r = hidden_size // lm_head_rank_divisor, the full
+    vocabulary); replaced in `tensors` by the merged `lm_head.weight` the EAGLE-3 reader expects."""
+    divisor, hidden = config.get("lm_head_rank_divisor"), config.get("hidden_size")
+    if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 2:
+        raise ValueError(f"`lm_head_rank_divisor` in config.json is {divisor!r}; TorchSpec requires an integer >= 2.")
+    vocab, draft_vocab = config.get("vocab_size"), config.get("draft_vocab_size", config.get("vocab_size"))
+    if draft_vocab != vocab:
+        raise ValueError(
+            f"`draft_vocab_size` ({draft_vocab}) differs from `vocab_size` ({vocab}); TorchSpec's low-rank head "
+            "covers the full vocabulary, so this checkpoint is inconsistent."
+        )
+    rank = int(hidden) // divisor if isinstance(hidden, int) else None
+    down, up = tensors.pop("lm_head.down.weight", None), tensors.pop("lm_head.up.weight", None)
+    for name, value, shape in (
+        ("lm_head.down.weight", down, (rank, hidden)),
+        ("lm_head.up.weight", up, (vocab, rank)),
+    ):
+        if value is None or tuple(value.shape) != shape:
+            found = "missing" if value is None else f"of shape {tuple(value.shape)}"
+            raise ValueError(
+                f"`{name}` is {found}; `lm_head_rank_divisor` {divisor} and hidden_size {hidden} give rank {rank}, "
+                f"so it must be {shape}."
+            )
+    if "lm_head.weight" in tensors:
+        raise ValueError(f"{path!r} holds both a dense `lm_head.weight` and TorchSpec's two factors.")
+    tensors["lm_head.weight"] = up.float() @ down.float()  # (V, d): what the EAGLE-3 reader and a full head take
+    return down, up
 
 
 def resolve_norm_before_residual(fmt: str, config: dict, override: bool | None = None) -> tuple[bool, str]:
@@ -160,7 +226,7 @@ def resolve_norm_before_residual(fmt: str, config: dict, override: bool | None =
     """
     if override is not None and not isinstance(override, bool):
         raise TypeError(f"`norm_before_residual` must be a bool or None, got {override!r}.")
-    if fmt == "eagle":
+    if fmt != "speculators":  # SafeAILab's layer (SpecForge's and TorchSpec's too)
         if override:
             raise ValueError(
                 "`norm_before_residual=True` was passed for a SafeAILab EAGLE-3 checkpoint, whose layer always adds "
@@ -209,13 +275,16 @@ def _read_eagle(path: str, config: dict, tensors: dict) -> Eagle3Checkpoint:
             )
         ids = [int(i) for i in vllm_ids]
         origin = f"eagle_aux_hidden_state_layer_ids {ids} (layer inputs)"
+    vllm_names = any(k.startswith("layers.0.") for k in tensors) and not any(
+        k.startswith("midlayer.") for k in tensors
+    )
     return _split_weights(
         path,
         "eagle",
         config,
         layer_config=config,
         tensors=tensors,
-        layer_prefix="midlayer.",
+        layer_prefix="layers.0." if vllm_names else "midlayer.",  # TorchSpec's `--vllm` export renames the layer
         vocab_size=config.get("vocab_size"),
         draft_vocab_size=config.get("draft_vocab_size"),
         target_layer_ids=ids,
@@ -230,16 +299,6 @@ def _check_speculators_config(config: dict) -> None:
         raise ValueError(
             f"`transformer_layer_config` must be a dict in a speculators config, got {type(layer_config).__name__}."
         )
-    for key, meaning in (
-        ("norm_before_fc", "an RMSNorm over cat(h_a, h_b, h_c) before `fc`"),
-        ("fc_norm", "one RMSNorm per target layer before `fc`"),
-        ("norm_output", "the post-norm state fed back between steps"),
-    ):
-        if config.get(key):
-            raise ValueError(
-                f"`{key}` is true ({meaning}); SlimSpec drafters have no counterpart, so this drafter cannot be "
-                "converted faithfully."
-            )
     model_type = layer_config.get("model_type", "llama")
     if model_type != "llama":
         raise ValueError(
@@ -303,7 +362,7 @@ def _split_weights(
     for key, value in tensors.items():
         if key.startswith(layer_prefix):
             backbone["layer." + key[len(layer_prefix) :]] = value
-        elif key in ("fc.weight", "norm.weight"):
+        elif key in ("fc.weight", "norm.weight", "input_norm.weight") or key.startswith("fc_norm."):
             backbone[key] = value
         elif key not in ("lm_head.weight", "d2t", "t2d", "embed_tokens.weight"):
             unexpected.append(f"{key} {tuple(value.shape)}")
@@ -444,7 +503,7 @@ def _layer_hyperparameters(checkpoint: Eagle3Checkpoint) -> dict:
 
 def _source_name(checkpoint: Eagle3Checkpoint, name: str) -> str:
     if name.startswith("layer."):
-        prefix = "midlayer." if checkpoint.format == "eagle" else "layers.0."
+        prefix = "layers.0." if checkpoint.format == "speculators" else "midlayer."
         return prefix + name[len("layer.") :]
     return name
 
@@ -532,6 +591,9 @@ def convert_eagle3(
     overrides["target_layer_ids"] = resolve_target_layer_ids(ckpt, tcfg.num_hidden_layers, layer_ids)
     overrides["head_type"] = head_type
     overrides["norm_before_residual"] = bool(ckpt.norm_before_residual)
+    overrides.update(ckpt.flags)
+    if ckpt.lm_head_factors is not None and head_type == "low_rank" and rank is None:
+        rank = ckpt.lm_head_factors[0].shape[0]  # TorchSpec's own rank: its factors are taken as they are
     if head_type == "low_rank" and rank is not None:
         overrides["head_rank"] = int(rank)
     if head_type == "trimmed":
@@ -552,7 +614,8 @@ def _load_backbone(drafter: SlimSpecDrafterForCausalLM, ckpt: Eagle3Checkpoint) 
     if missing or extra:
         raise ValueError(
             f"{ckpt.path!r} does not match the SlimSpec EAGLE-3 layer: missing {missing}, unexpected {extra}. "
-            "A drafter with other weights (q/k norms, biases, more layers) cannot be converted faithfully."
+            "EAGLE-3.1 norms need their config flag (`fc_norm`, `norm_before_fc`); a drafter with other weights "
+            "(q/k norms, biases, more layers) cannot be converted faithfully."
         )
     for name, param in expected.items():
         value = ckpt.backbone[name]
@@ -576,6 +639,11 @@ def _load_head(drafter: SlimSpecDrafterForCausalLM, ckpt: Eagle3Checkpoint, targ
     if isinstance(head, TrimmedHead):
         head.set_token_ids(ckpt.draft_token_ids)
         head.weight.copy_(draft.to(head.weight.dtype))
+        return
+    factors = ckpt.lm_head_factors
+    if isinstance(head, LowRankHead) and factors is not None and factors[0].shape[0] == head.rank:
+        head.down.weight.copy_(factors[0].to(head.down.weight.dtype))
+        head.up.weight.copy_(factors[1].to(head.up.weight.dtype))
         return
     dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
     if isinstance(head, FullHead):

@@ -4,6 +4,10 @@
 - `speculators`: merged dense head, speculators layout: any engine reading speculators EAGLE-3 (vLLM).
 - `eagle3`: SafeAILab layout (`midlayer.*`), merged head: SGLang, SpecForge, OpenVINO GenAI.
 - `vllm`: the two head factors kept, for the package's vLLM plugin (`integrations/vllm`).
+- `torchspec`: the SafeAILab layout with the two head factors kept, as TorchSpec writes its low-rank drafters.
+
+EAGLE-3.1 flags (`fc_norm`, `norm_before_fc`, `norm_output`) are written with their norms where the format has them
+(speculators and vllm: all three; eagle3 and torchspec: SpecForge's `fc_norm` and `norm_output`).
 
 The conventions of the formats are tabled in [`~interop.convert`], the way in.
 """
@@ -20,7 +24,7 @@ from ..utils import atomic_path, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
-EXPORT_FORMATS = ("speculators", "eagle3", "vllm")
+EXPORT_FORMATS = ("speculators", "eagle3", "vllm", "torchspec")
 # The proposal length written for a drafter that records no training depth (`ttt_steps`), e.g. an untrained one.
 DEFAULT_SPECULATIVE_TOKENS = 3
 
@@ -51,6 +55,7 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
     else:
         raise TypeError(f"Cannot export a head of type {type(head).__name__}.")
     tensors = {"fc.weight": drafter.fc.weight, "norm.weight": drafter.norm.weight}
+    tensors.update(eagle31_tensors(drafter))
     for name, value in drafter.layer.state_dict().items():
         tensors["layers.0." + name] = value
     tensors["lm_head.weight"] = weight
@@ -60,6 +65,16 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
     if draft_vocab < vocab_size:
         tensors.update(token_maps(token_ids, vocab_size))
     return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, draft_vocab
+
+
+def eagle31_tensors(drafter: SlimSpecDrafterForCausalLM) -> dict[str, torch.Tensor]:
+    """The norms EAGLE-3.1 puts in front of `fc`, named as speculators, vLLM, SpecForge and TorchSpec name them."""
+    tensors = {}
+    if drafter.config.fc_norm:
+        tensors.update({f"fc_norm.{i}.weight": norm.weight for i, norm in enumerate(drafter.fc_norm)})
+    if drafter.config.norm_before_fc:
+        tensors["input_norm.weight"] = drafter.input_norm.weight
+    return tensors
 
 
 def token_maps(token_ids: torch.Tensor, vocab_size: int) -> dict[str, torch.Tensor]:
@@ -120,9 +135,9 @@ def speculators_config(
         "draft_vocab_size": int(draft_vocab_size),
         # Always written: vLLM reads a missing value as true, the speculators library as false.
         "norm_before_residual": bool(cfg.norm_before_residual),
-        "norm_before_fc": False,
-        "fc_norm": False,
-        "norm_output": False,
+        "norm_before_fc": bool(cfg.norm_before_fc),
+        "fc_norm": bool(cfg.fc_norm),
+        "norm_output": bool(cfg.norm_output),
         "target_hidden_size": cfg.target_hidden_size if cfg.target_hidden_size != cfg.hidden_size else None,
         # SlimSpec ids index hidden_states (input of layer i), exactly how vLLM reads these ids.
         "eagle_aux_hidden_state_layer_ids": list(cfg.target_layer_ids),
@@ -197,24 +212,38 @@ def export_eagle3(
     for a full-vocabulary head: serve vLLM the `speculators` (or `vllm`) export.
     """
     drafter = load_exportable(drafter)
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors, draft_vocab = speculators_state_dict(drafter)
+    config = safeailab_config(drafter, draft_vocab, dtype)  # refuses what the layout cannot hold, before writing
+    if "d2t" not in tensors:
+        tensors.update(token_maps(torch.arange(draft_vocab), drafter.config.vocab_size))
+    return write_export(out_dir, native_names(tensors), config, dtype)
+
+
+def native_names(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """SafeAILab's (SpecForge's, TorchSpec's) names for the decoder layer: `midlayer.*` instead of `layers.0.*`."""
+    return {("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()}
+
+
+def safeailab_config(drafter: SlimSpecDrafterForCausalLM, draft_vocab: int, dtype: torch.dtype) -> dict:
+    """config.json of the SafeAILab layout (`LlamaForCausalLMEagle3`), with SpecForge's EAGLE-3.1 flags and layer
+    ids; what SafeAILab's layer cannot do is refused."""
     cfg = drafter.config
     if cfg.norm_before_residual:
         raise ValueError(
             "`norm_before_residual` is true, but SafeAILab's EAGLE-3 layer always adds the un-normed fused state; "
             "export this drafter with --to speculators (or --to vllm) instead."
         )
+    if cfg.norm_before_fc:
+        raise ValueError(
+            "`norm_before_fc` is true, but SpecForge, SGLang and TorchSpec have no single norm over the concatenated "
+            "target states (only `fc_norm`, one per layer); export this drafter with --to speculators or --to vllm."
+        )
     if 0 in cfg.target_layer_ids:
         raise ValueError(
             f"`target_layer_ids` {cfg.target_layer_ids} includes 0 (the embeddings), which SGLang's layer-output ids "
             "cannot name; export with --to speculators instead."
         )
-    dtype = dtype or drafter.fc.weight.dtype
-    tensors, draft_vocab = speculators_state_dict(drafter)
-    tensors = {
-        ("midlayer." + k[len("layers.0.") :] if k.startswith("layers.0.") else k): v for k, v in tensors.items()
-    }
-    if "d2t" not in tensors:
-        tensors.update(token_maps(torch.arange(draft_vocab), cfg.vocab_size))
     layer = speculators_config(drafter, draft_vocab, dtype)["transformer_layer_config"]
     config = {
         **layer,
@@ -224,6 +253,8 @@ def export_eagle3(
         "eos_token_id": cfg.eos_token_id,
         "pad_token_id": cfg.pad_token_id,
     }
+    if cfg.fc_norm or cfg.norm_output:  # EAGLE-3.1 as SpecForge and TorchSpec write it (readers before 3.1 refuse)
+        config.update(fc_norm=bool(cfg.fc_norm), norm_output=bool(cfg.norm_output))
     num_layers = cfg.target_num_hidden_layers
     if num_layers is None or sorted(cfg.target_layer_ids) != sorted({2, num_layers // 2, num_layers - 3}):
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in cfg.target_layer_ids]}
@@ -235,6 +266,39 @@ def export_eagle3(
         )
     if cfg.target_hidden_size != cfg.hidden_size:
         config["target_hidden_size"] = cfg.target_hidden_size
+    return config
+
+
+def export_torchspec(
+    drafter: SlimSpecDrafterForCausalLM | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Writes a low-rank `drafter` as TorchSpec writes its low-rank drafters (`tools/convert_to_hf.py`): the
+    SafeAILab layout (`LlamaForCausalLMEagle3`, `midlayer.*`) with `lm_head_rank_divisor` = d / r and the two factors
+    `lm_head.down.weight` (r, d) and `lm_head.up.weight` (V, r) kept, `draft_vocab_size` = V and no token maps.
+    TorchSpec derives r = d // divisor, so r must divide d."""
+    drafter = load_exportable(drafter)
+    cfg, head = drafter.config, drafter.lm_head
+    if not isinstance(head, LowRankHead):
+        raise ValueError(
+            f"TorchSpec's factored head is low-rank; this drafter's head is {cfg.head_type!r}. Export a dense head with "
+            "--to eagle3 (the same layout, `lm_head.weight`)."
+        )
+    divisor = cfg.hidden_size // cfg.head_rank
+    if cfg.hidden_size % cfg.head_rank or divisor < 2:
+        raise ValueError(
+            f"TorchSpec stores the head's rank as `lm_head_rank_divisor` (r = hidden_size // divisor), which cannot "
+            f"give r = {cfg.head_rank} for hidden_size {cfg.hidden_size}; export with --to vllm or --to speculators."
+        )
+    dtype = dtype or drafter.fc.weight.dtype
+    tensors = {"fc.weight": drafter.fc.weight, "norm.weight": drafter.norm.weight, **eagle31_tensors(drafter)}
+    tensors.update({"midlayer." + name: value for name, value in drafter.layer.state_dict().items()})
+    tensors.update({"lm_head.down.weight": head.down.weight, "lm_head.up.weight": head.up.weight})
+    config = safeailab_config(drafter, cfg.vocab_size, dtype)
+    config.update(lm_head_rank_divisor=divisor, fc_norm=bool(cfg.fc_norm), norm_output=bool(cfg.norm_output))
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     return write_export(out_dir, tensors, config, dtype)
 
 
@@ -248,4 +312,5 @@ __all__ = [
     "write_export",
     "export_speculators",
     "export_eagle3",
+    "export_torchspec",
 ]

@@ -2,7 +2,7 @@
 """Hub publishing for SlimSpec drafters (the card itself is rendered by [`~interop.model_card`]).
 
 - [`push_to_hub`] publishes a drafter folder (or a model): weights, config, the remote-code files named by
-  `auto_map`, and the card, whose `trust_remote_code` snippet pins the commit that holds this code and these weights.
+  `auto_map`, the `custom_generate/` recipe, and the card, whose `trust_remote_code` snippet pins the commit that holds this code and these weights.
 - [`load_drafter`] loads by repo id or path, failing clearly when the repo is not a SlimSpec drafter.
 - [`download_repo`] and [`download_hub_file`] fetch what a command takes as a path from the Hub instead
   (`snapshot_download` / `hf_hub_download`, so `HF_ENDPOINT`, tokens and the cache apply).
@@ -60,6 +60,10 @@ UPLOAD_PATTERNS = (
     "chat_template.jinja",
 )
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+# transformers' layout for a decoding recipe: `generate(..., custom_generate="<repo>", trust_remote_code=True)` runs
+# the repo's `custom_generate/generate.py` (a folder's own copy is published, else the installed package's).
+CUSTOM_GENERATE_DIR = "custom_generate"
+CUSTOM_GENERATE_FILES = ("generate.py", "README.md")
 # ----------------------------------------------------------------------------------------------------------------
 # Publishing and loading
 # ----------------------------------------------------------------------------------------------------------------
@@ -84,6 +88,9 @@ def _collect_files(folder: Path, config: dict) -> dict[str, Path | bytes]:
             files[path.name] = path
         elif path.name.endswith(PICKLE_SUFFIXES):
             skipped.append(path.name)
+    for name in CUSTOM_GENERATE_FILES:
+        own = folder / CUSTOM_GENERATE_DIR / name
+        files[f"{CUSTOM_GENERATE_DIR}/{name}"] = own if own.is_file() else PACKAGE_DIR / CUSTOM_GENERATE_DIR / name
     if skipped:
         logger.warning(
             "Not publishing %s: pickled files are not loaded from the Hub (weights are safetensors).", skipped

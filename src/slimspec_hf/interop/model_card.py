@@ -164,8 +164,9 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
             f"`model_dir_or_config` must be a folder, a SlimSpecDrafterConfig, a config dict or a drafter, got "
             f"{type(model_dir_or_config).__name__}."
         )
-    if settings is None:  # a bare config (or a folder without generation_config.json): the drafter's defaults
-        settings = draft_generation_config(SimpleNamespace(**config)).to_dict()
+    # the drafter's defaults where its generation_config (or a bare config, or a folder without one) sets nothing
+    defaults = draft_generation_config(SimpleNamespace(**config)).to_dict()
+    settings = {**defaults, **{key: value for key, value in (settings or {}).items() if value is not None}}
     if settings.get("num_assistant_tokens"):
         config["num_assistant_tokens"] = settings["num_assistant_tokens"]
     config["draft_lookup"] = bool(settings.get("draft_lookup"))

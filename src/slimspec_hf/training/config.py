@@ -163,6 +163,18 @@ class SlimSpecConfig(TrainingArguments):
             "[2, L // 2, L - 3]."
         ),
     )
+    fc_norm: bool = field(
+        default=False,
+        metadata=_card(help="EAGLE-3.1: a new drafter norms each target layer's state before `fc` (RMSNorm each)."),
+    )
+    norm_before_fc: bool = field(
+        default=False,
+        metadata=_card(help="EAGLE-3.1 variant: one RMSNorm over the concatenated target states before `fc`."),
+    )
+    norm_output: bool = field(
+        default=False,
+        metadata=_card(help="EAGLE-3.1: a new drafter feeds its post-norm state back to the next drafting step."),
+    )
 
     freeze_backbone: bool = field(
         default=False,

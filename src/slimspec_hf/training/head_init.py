@@ -30,6 +30,7 @@ def build_drafter(target: nn.Module, args: SlimSpecConfig) -> SlimSpecDrafterFor
         overrides["draft_vocab_size"] = args.draft_vocab_size
     if args.target_layer_ids is not None:
         overrides["target_layer_ids"] = list(args.target_layer_ids)
+    overrides.update(fc_norm=args.fc_norm, norm_before_fc=args.norm_before_fc, norm_output=args.norm_output)
     config = SlimSpecDrafterConfig.from_target_config(target.config, **overrides)
     torch.manual_seed(args.seed)
     dtype = next(target.parameters()).dtype

@@ -124,7 +124,7 @@ class SlimSpecTTTModel(nn.Module):
             shifted = torch.zeros_like(embeds)
             kept = max(embeds.shape[1] - k - 1, 0)  # rows shorter than the unroll have nothing left to shift in
             shifted[:, :kept] = embeds[:, k + 1 : k + 1 + kept]  # x_{t+k+1} at position t
-            fed = {"target_features": features} if k == 0 else {"hidden_states": states[-1]}
+            fed = {"target_features": features} if k == 0 else {"hidden_states": drafter.feedback(states[-1])}
             states.append(drafter.ttt_step(shifted, positions, k, context, attention_mask, **fed))  # (B, T, d)
         batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention_mask, loss_mask, self.ttt_steps)
         student = torch.stack([states[k][batch_idx, student_pos[k]] for k in range(self.ttt_steps)])  # (S, N, d)

@@ -7,9 +7,10 @@ installed. It is a plain (non-speculators) EAGLE-3 config, because vLLM's specul
 
 - `config.json`: the drafter's one-layer Llama config, `architectures: ["Eagle3SlimSpecLlamaForCausalLM"]`,
   `head_rank`, `draft_vocab_size` = `vocab_size` (no d2t/t2d), `eagle_aux_hidden_state_layer_ids` (inputs of
-  target layers, vLLM's reading and SlimSpec's), `norm_before_residual`, `target_hidden_size`.
-- `model.safetensors`: `fc.weight`, `layers.0.*`, `norm.weight`, `lm_head.down.weight` (r, d),
-  `lm_head.up.weight` (V, r).
+  target layers, vLLM's reading and SlimSpec's), `norm_before_residual`, the EAGLE-3.1 flags (`fc_norm`,
+  `norm_before_fc`, `norm_output`), `target_hidden_size`.
+- `model.safetensors`: `fc.weight`, `fc_norm.{i}.weight` / `input_norm.weight` (EAGLE-3.1), `layers.0.*`,
+  `norm.weight`, `lm_head.down.weight` (r, d), `lm_head.up.weight` (V, r).
 """
 
 import os
@@ -48,6 +49,10 @@ def vllm_config(drafter: SlimSpecDrafterForCausalLM, dtype: torch.dtype, verifie
         draft_vocab_size=int(cfg.vocab_size),
         eagle_aux_hidden_state_layer_ids=list(spec["eagle_aux_hidden_state_layer_ids"]),
         norm_before_residual=bool(cfg.norm_before_residual),
+        # EAGLE-3.1, read by vLLM's llama_eagle3 from the top level (norms in `fc_norm.{i}` / `input_norm`)
+        norm_before_fc=bool(cfg.norm_before_fc),
+        fc_norm=bool(cfg.fc_norm),
+        norm_output=bool(cfg.norm_output),
         bos_token_id=cfg.bos_token_id,
         eos_token_id=cfg.eos_token_id,
         # kept for the record: which target the drafter was trained for, and the shipped draft length

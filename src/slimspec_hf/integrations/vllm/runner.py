@@ -62,14 +62,19 @@ def describe_drafter(worker, probe_seed: int = 0, probe_rows: int = 2) -> dict |
     hidden_size = model.config.hidden_size
     dtype = next(model.model.norm.parameters()).dtype
     probe = torch.randn(probe_rows, hidden_size, generator=torch.Generator().manual_seed(probe_seed)).to(dtype)
+    fc_input = getattr(model.model, "fc_input_size", None)  # the target's concatenated states, EAGLE-3.1 norms first
+    features = torch.randn(probe_rows, fc_input or 1, generator=torch.Generator().manual_seed(probe_seed + 1))
     with torch.no_grad():
         logits = model.compute_logits(probe).float()
+        fused = model.combine_hidden_states(features.to(dtype)).float() if fc_input else None
     return {
         "class": type(model).__name__,
         "lm_head_class": type(head).__name__,
         "lm_head_layers": layers,
         "probe_seed": probe_seed,
         "probe_logits": logits.tolist(),
+        "fused_probe": None if fused is None else fused.tolist(),  # `fc` (and its norms) on seeded features
+        "norm_output": bool(getattr(model.model, "norm_output", False)),
     }
 
 
