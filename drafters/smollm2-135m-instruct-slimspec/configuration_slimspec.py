@@ -38,6 +38,12 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
         head_rank (`int`): rank r of the low-rank head, default `hidden_size // 8`.
         draft_vocab_size (`int`): number K of kept tokens of the trimmed head.
         norm_before_residual (`bool`): take the layer's residual after `hidden_norm` (speculators variant).
+        fc_norm (`bool`): EAGLE-3.1: an RMSNorm on each of the three target layers' states before `fc` (weights
+            `fc_norm.{i}.weight`, d_t each).
+        norm_before_fc (`bool`): EAGLE-3.1 variant: one RMSNorm over their concatenation before `fc`
+            (`input_norm.weight`, 3·d_t). At most one of `fc_norm` and `norm_before_fc`.
+        norm_output (`bool`): EAGLE-3.1: the state fed back to the next drafting step is the final norm's output
+            (post-norm) instead of the layer's pre-norm output. The LM head reads the post-norm state either way.
         ttt_steps (`int`, *optional*): the training-time-test depth the drafter was trained with (EAGLE-3's
             unrolled drafting steps); engines that draft chains of their own (vLLM) take it as their default number
             of speculative tokens. Checkpoints written before this name hold it as `num_speculative_tokens`, read
@@ -72,6 +78,10 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
     draft_vocab_size: int | None = None
     # layer variant: residual taken after `hidden_norm` (vLLM speculators' norm_before_residual=True)
     norm_before_residual: bool = False
+    # EAGLE-3.1 (speculators' names): norms in front of `fc`, and the post-norm state fed back
+    fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_output: bool = False
     # training
     ttt_steps: int | None = None
 
@@ -128,6 +138,14 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
                         f"`target_layer_ids` {ids} has {bad} outside [0, target_num_hidden_layers = "
                         f"{self.target_num_hidden_layers}] (indices into `outputs.hidden_states`, 0 = embeddings)."
                     )
+        for flag in ("norm_before_residual", "fc_norm", "norm_before_fc", "norm_output"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"`{flag}` must be true or false, got {getattr(self, flag)!r}.")
+        if self.fc_norm and self.norm_before_fc:
+            raise ValueError(
+                "`fc_norm` and `norm_before_fc` are both true; an EAGLE-3.1 drafter norms the target's states before "
+                "`fc` either per layer (fc_norm) or over their concatenation (norm_before_fc): set at most one."
+            )
         if self.ttt_steps is not None and (isinstance(self.ttt_steps, bool) or int(self.ttt_steps) < 1):
             raise ValueError(f"`ttt_steps` ({self.ttt_steps}) must be None or at least 1.")
         if self.hidden_size % self.num_attention_heads != 0 and self.head_dim * self.num_attention_heads == 0:

@@ -164,7 +164,8 @@ class SlimSpecDrafterLayer(GradientCheckpointingLayer):
 class SlimSpecDrafterOutput(ModelOutput):
     """
     logits (`torch.FloatTensor` of shape `(B, T, V)`): full-vocabulary logits of the next-next token.
-    hidden_states (`torch.FloatTensor` of shape `(B, T, d)`): the layer's pre-norm output, fed to the next step.
+    hidden_states (`torch.FloatTensor` of shape `(B, T, d)`): the state fed to the next step: the layer's pre-norm
+        output (post-norm with `config.norm_output`).
     cache (`SlimSpecDrafterCache`): the drafter's cache, when `use_cache=True`.
     """
 
@@ -218,7 +219,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
 
     Inputs per position t: the embedding of token x_{t+1} and a hidden state — either the target's three fused
     layers at t (B, T, 3·d_t), or the drafter's own output at t (B, T, d). Output: logits for x_{t+2} and the
-    pre-norm hidden state to feed back.
+    hidden state to feed back (pre-norm; post-norm with `norm_output`, EAGLE-3.1).
 
     The token embedding (and the LM head for `head_type="target"`) is borrowed from the target with
     [`attach_target`]; it is never part of the drafter's checkpoint.
@@ -228,7 +229,12 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
 
     def __init__(self, config: SlimSpecDrafterConfig):
         super().__init__(config)
-        self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
+        width, eps = config.target_hidden_size, config.rms_norm_eps
+        if config.norm_before_fc:  # EAGLE-3.1: one norm over the concatenated target states
+            self.input_norm = LlamaRMSNorm(3 * width, eps=eps)
+        if config.fc_norm:  # EAGLE-3.1: one norm per target layer
+            self.fc_norm = nn.ModuleList(LlamaRMSNorm(width, eps=eps) for _ in range(3))
+        self.fc = nn.Linear(3 * width, config.hidden_size, bias=False)
         self.layer = SlimSpecDrafterLayer(config)
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config)
@@ -337,7 +343,12 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
                 f"`target_features` must have last dimension 3 * target_hidden_size = {expected} (three target "
                 f"layers concatenated), got {target_features.shape[-1]}."
             )
-        return self.fc(target_features.to(self.fc.weight.dtype))
+        features = target_features.to(self.fc.weight.dtype)
+        if self.config.norm_before_fc:
+            features = self.input_norm(features)
+        if self.config.fc_norm:
+            features = torch.cat([norm(part) for norm, part in zip(self.fc_norm, features.chunk(3, dim=-1))], dim=-1)
+        return self.fc(features)
 
     def _step_states(self, target_features, hidden_states) -> torch.Tensor:
         """The states a step reads: the fused target features, or the drafter's own states (exactly one)."""
@@ -358,6 +369,15 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits of pre-norm drafter states (…, d) → (…, V)."""
         return self.lm_head(self.norm(hidden_states))
+
+    def feedback(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The state the next drafting step reads from the layer's pre-norm output: itself, or its final norm's
+        output with `norm_output` (EAGLE-3.1)."""
+        return self.norm(hidden_states) if self.config.norm_output else hidden_states
+
+    def head_states(self, fed: torch.Tensor) -> torch.Tensor:
+        """The LM head's input (…, d) from the states `forward` returns (`hidden_states`, the fed-back ones)."""
+        return fed if self.config.norm_output else self.norm(fed)
 
     def forward(
         self,
@@ -405,7 +425,9 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         if logits_to_keep >= 0:
             kept = out if logits_to_keep == 0 else out[:, -logits_to_keep:]
             logits = self.compute_logits(kept)
-        return SlimSpecDrafterOutput(logits=logits, hidden_states=out, cache=cache if use_cache else None)
+        return SlimSpecDrafterOutput(
+            logits=logits, hidden_states=self.feedback(out), cache=cache if use_cache else None
+        )
 
     # -- training-time test ------------------------------------------------------------------------------------
     def ttt_step(
