@@ -17,7 +17,9 @@ from ..interop.convert import (
     full_vocab_head,
     read_eagle3_checkpoint,
 )
+from ..interop.recover import RecoverSettings, recover
 from ..targets import DTYPE_CHOICES, load_target, resolve_dtype
+from ..training.data import load_prompts
 from .common import check_model_source, resolve_model_folder
 
 
@@ -75,7 +77,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", choices=DTYPE_CHOICES[1:], default="float32", help="dtype of the saved drafter (default float32)"
     )
+    recovery = parser.add_argument_group("recovery (low-rank heads): fit the head to the source's dense head")
+    recovery.add_argument(
+        "--recover",
+        action="store_true",
+        help="after the SVD, fit the low-rank head to the source's dense head on the drafter's own states (the "
+        "backbone stays frozen); resumable, its work kept in OUT.recover/",
+    )
+    recovery.add_argument(
+        "--prompts",
+        default=None,
+        help="JSONL of prompts (`turns` or `messages`) the target answers for --recover (default: the packaged "
+        "Spec-Bench prompts outside MT-Bench)",
+    )
+    recovery.add_argument(
+        "--recover-seconds", type=float, default=None, help="wall-clock budget of the fit (default 1800)"
+    )
+    recovery.add_argument(
+        "--recover-prompts", type=int, default=200, help="prompts the target answers for --recover (default 200)"
+    )
     args = parser.parse_args(argv)
+    if (args.prompts is not None or args.recover_seconds is not None) and not args.recover:
+        raise ValueError("--prompts and --recover-seconds set up --recover; add --recover (or drop them).")
+    if args.recover and args.head != "low_rank":
+        raise ValueError(f"--recover fits a low-rank head; got --head {args.head}. Drop --recover or use low_rank.")
+    args.recover_seconds = 1800.0 if args.recover_seconds is None else args.recover_seconds
+    if args.recover_seconds <= 0 or args.recover_prompts < 1:
+        raise ValueError(
+            f"--recover-seconds must be > 0 and --recover-prompts >= 1; got {args.recover_seconds} and "
+            f"{args.recover_prompts}."
+        )
+    prompts = None
+    if args.prompts is not None:
+        prompts = [row["messages"][-1]["content"] for row in load_prompts(args.prompts, args.recover_prompts)]
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
     target_name = check_model_source(args.target, "--target", allow_file=True)
     src = resolve_model_folder(args.src, "src", allow_patterns=["*.json", "*.safetensors"])
@@ -85,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(
             f"--from {args.source_kind} was given, but {args.src} is a {ckpt.format} checkpoint; pass --from {family}."
         )
-    target, _ = load_target(target_name, dtype=torch.float32, tokenizer_required=False)
+    target, tokenizer = load_target(target_name, dtype=torch.float32, tokenizer_required=args.recover)
     drafter = convert_eagle3(
         ckpt, target, head_type=args.head, rank=args.rank, head_init=args.head_init, layer_ids=args.layer_ids
     )
@@ -101,6 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
         error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
         summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
+    if args.recover:
+        settings = RecoverSettings(seconds=args.recover_seconds, num_prompts=args.recover_prompts)
+        dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
+        record = recover(drafter, dense, target, tokenizer, f"{args.out}.recover", settings, prompts=prompts)
+        agreement = {key: record[key]["top1_agreement"] for key in ("svd", "activation_svd", "recovered")}
+        summary.append(
+            f"recovered: {record['steps']} steps, {record['seconds']:.0f} s on {record['states']} states; top-1 "
+            "agreement with the source head on held-out states: SVD {svd:.3f}, activation-aware SVD "
+            "{activation_svd:.3f}, recovered {recovered:.3f} (KL {kl:.3f})".format(
+                **agreement, kl=record["recovered"]["kl"]
+            )
+        )
     _save_atomically(drafter.to(resolve_dtype(args.dtype)), Path(args.out))
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0
