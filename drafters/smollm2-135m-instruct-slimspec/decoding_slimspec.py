@@ -346,6 +346,22 @@ class SpeculativeDecoder:
         """The call's statistics: the row's own for one prompt, else the rows' totals (each row's in `per_row`)."""
         return self.row_stats[0] if len(self.row_stats) == 1 else SlimSpecGenerationStats.combined(self.row_stats)
 
+    def output(self, generation_config):
+        """What `generate()` returns: the sequences, or with `return_dict_in_generate` a `GenerateDecoderOnlyOutput`
+        with `scores`, `logits` and `hidden_states` as requested (one prompt) and the target's cache."""
+        pad = getattr(generation_config, "_pad_token_tensor", None)
+        pad = pad if pad is not None else getattr(generation_config, "_eos_token_tensor", None)
+        sequences = self.sequences(int(pad.flatten()[0]) if pad is not None else 0)
+        if not generation_config.return_dict_in_generate:
+            return sequences
+        return GenerateDecoderOnlyOutput(
+            sequences=sequences,
+            scores=self.scores if generation_config.output_scores else None,
+            logits=self.raw_logits if generation_config.output_logits else None,
+            hidden_states=self.hidden_states if self.all_hidden_states else None,
+            **{OUTPUT_CACHE: self.cache if len(self.seqs) == 1 else None},
+        )
+
     def sequences(self, pad_token_id: int) -> torch.LongTensor:
         """The rows as transformers returns a batch: each row's tokens, then `pad_token_id` to the longest."""
         if len(self.seqs) == 1:
@@ -375,12 +391,8 @@ def settings_shape(settings: DraftSettings) -> TreeShape:
 def settings_lookup(settings: DraftSettings) -> LookupPolicy | None:
     if not settings.draft_lookup:
         return None
-    return LookupPolicy(
-        settings.draft_lookup_min_ngram,
-        settings.draft_lookup_max_ngram,
-        settings.draft_lookup_num_tokens,
-        settings.draft_lookup_extend_ngram,
-    )
+    names = ("min_ngram", "max_ngram", "num_tokens", "extend_ngram")  # the policy's fields, `draft_lookup_` settings
+    return LookupPolicy(*(getattr(settings, f"draft_lookup_{name}") for name in names))
 
 
 def slimspec_generate(
@@ -419,8 +431,7 @@ def slimspec_generate(
     seqs = [DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)]
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache, seqs)
     drafter.last_generation_stats = decoder.stats()
-    return_dict = bool(generation_config.return_dict_in_generate)
-    output_scores = return_dict and bool(generation_config.output_scores)
+    output_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     if streamer is not None:
         streamer.put(input_ids.cpu())
     decoder.prefill()
@@ -435,19 +446,7 @@ def slimspec_generate(
     if streamer is not None:
         streamer.end()
     drafter.last_generation_stats = decoder.stats()
-    pad = getattr(generation_config, "_pad_token_tensor", None)
-    if pad is None:
-        pad = getattr(generation_config, "_eos_token_tensor", None)
-    sequences = decoder.sequences(int(pad.flatten()[0]) if pad is not None else 0)
-    if not return_dict:
-        return sequences
-    return GenerateDecoderOnlyOutput(
-        sequences=sequences,
-        scores=decoder.scores if output_scores else None,
-        logits=decoder.raw_logits if generation_config.output_logits else None,
-        hidden_states=decoder.hidden_states if decoder.all_hidden_states else None,
-        **{OUTPUT_CACHE: cache if batch == 1 else None},
-    )
+    return decoder.output(generation_config)
 
 
 def generate_with_drafter(drafter, generate, arguments: dict):

@@ -36,11 +36,11 @@ def _save_atomically(drafter, out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slimspec convert",
-        description="Convert an EAGLE-3 drafter (SafeAILab EAGLE or vLLM speculators, detected from config.json) "
-        "into a SlimSpec drafter with a low-rank head.",
+        description="Convert an EAGLE-3 / EAGLE-3.1 drafter (SafeAILab EAGLE, SpecForge, vLLM speculators, TorchSpec; "
+        "detected from config.json) into a SlimSpec drafter with a low-rank head.",
     )
     parser.add_argument(
         "--from",
@@ -96,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     recovery.add_argument(
         "--recover-prompts", type=int, default=200, help="prompts the target answers for --recover (default 200)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def recover_prompts(args) -> list[str] | None:
+    """Checks the `--recover` options; the prompts of `--prompts` (None: the packaged default)."""
     if (args.prompts is not None or args.recover_seconds is not None) and not args.recover:
         raise ValueError("--prompts and --recover-seconds set up --recover; add --recover (or drop them).")
     if args.recover and args.head != "low_rank":
@@ -107,9 +111,29 @@ def main(argv: list[str] | None = None) -> int:
             f"--recover-seconds must be > 0 and --recover-prompts >= 1; got {args.recover_seconds} and "
             f"{args.recover_prompts}."
         )
-    prompts = None
-    if args.prompts is not None:
-        prompts = [row["messages"][-1]["content"] for row in load_prompts(args.prompts, args.recover_prompts)]
+    if args.prompts is None:
+        return None
+    return [row["messages"][-1]["content"] for row in load_prompts(args.prompts, args.recover_prompts)]
+
+
+def recover_head(drafter, ckpt, target, tokenizer, args, prompts) -> str:
+    """Runs `--recover` on `drafter` (in place); returns its summary line."""
+    settings = RecoverSettings(seconds=args.recover_seconds, num_prompts=args.recover_prompts)
+    dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
+    record = recover(drafter, dense, target, tokenizer, f"{args.out}.recover", settings, prompts=prompts)
+    agreement = {key: record[key]["top1_agreement"] for key in ("svd", "activation_svd", "recovered")}
+    return (
+        f"recovered: {record['steps']} steps, {record['seconds']:.0f} s on {record['states']} states; top-1 "
+        "agreement with the source head on held-out states: SVD {svd:.3f}, activation-aware SVD "
+        "{activation_svd:.3f}, recovered {recovered:.3f} (KL {kl:.3f})".format(
+            **agreement, kl=record["recovered"]["kl"]
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prompts = recover_prompts(args)
     residual = None if args.norm_before_residual is None else args.norm_before_residual == "true"
     target_name = check_model_source(args.target, "--target", allow_file=True)
     src = resolve_model_folder(args.src, "src", allow_patterns=["*.json", "*.safetensors"])
@@ -136,17 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
         summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
     if args.recover:
-        settings = RecoverSettings(seconds=args.recover_seconds, num_prompts=args.recover_prompts)
-        dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
-        record = recover(drafter, dense, target, tokenizer, f"{args.out}.recover", settings, prompts=prompts)
-        agreement = {key: record[key]["top1_agreement"] for key in ("svd", "activation_svd", "recovered")}
-        summary.append(
-            f"recovered: {record['steps']} steps, {record['seconds']:.0f} s on {record['states']} states; top-1 "
-            "agreement with the source head on held-out states: SVD {svd:.3f}, activation-aware SVD "
-            "{activation_svd:.3f}, recovered {recovered:.3f} (KL {kl:.3f})".format(
-                **agreement, kl=record["recovered"]["kl"]
-            )
-        )
+        summary.append(recover_head(drafter, ckpt, target, tokenizer, args, prompts))
     _save_atomically(drafter.to(resolve_dtype(args.dtype)), Path(args.out))
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0
