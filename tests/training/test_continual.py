@@ -70,6 +70,8 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     weights = load_file(folder / "model.safetensors")
     assert all(t.dtype == torch.bfloat16 for t in weights.values())
     assert not list(folder.glob("*.py"))  # no third copy of the remote code
+    card = json.loads((folder / "slimspec_card.json").read_text())  # the folder ships with its recipe on its card
+    assert card["recipe"]["dataset_path"] == "tiny-rows"
     assert first.drafter.state_dict()[next(iter(weights))].dtype == torch.float32  # master weights untouched
     assert (state["position"], state["steps"], state["conversations"]) == (6, 3, 6)
     assert state["tokens"] == sum(len(r) for r in seen_first)

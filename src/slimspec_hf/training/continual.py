@@ -27,6 +27,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..utils import atomic_write_json
+from .card_inputs import record_card_inputs
 
 
 logger = logging.getLogger(__name__)
@@ -104,12 +105,12 @@ class ContinualCallback(TrainerCallback):
         self.session = {"started": started, "from_position": self.state.position}
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        self.write(state.global_step, model)
+        self.write(state.global_step, model, args)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        self.write(state.global_step, model)
+        self.write(state.global_step, model, args)
 
-    def write(self, global_step: int, model) -> None:
+    def write(self, global_step: int, model, recipe=None) -> None:
         if model is None or self.start_time is None or not _is_main_process():
             return
         steps = global_step - self.start_step
@@ -126,7 +127,7 @@ class ContinualCallback(TrainerCallback):
             seconds=round(self.state.seconds + session["seconds"], 1),
             sessions=[*self.state.sessions, session],
         )
-        write_run_folder(self.folder, getattr(model, "drafter", model), state)
+        write_run_folder(self.folder, getattr(model, "drafter", model), state, recipe)
         logger.info(
             "Continual run written to %s: step %d of the run, %d conversations, %.2fM tokens.",
             self.folder,
@@ -136,9 +137,10 @@ class ContinualCallback(TrainerCallback):
         )
 
 
-def write_run_folder(folder: str | Path, drafter, state: ContinualState) -> None:
-    """The drafter's weights in bf16 (its fp32 master weights untouched), its config, generation config and `state`,
-    staged beside `folder` and swapped in whole (no copy of the remote code: the package loads a run folder)."""
+def write_run_folder(folder: str | Path, drafter, state: ContinualState, recipe=None) -> None:
+    """The drafter's weights in bf16 (its fp32 master weights untouched), its config, generation config, `state` and
+    the card's inputs (the run's `recipe`, so that the folder ships with its recipe on its card), staged beside
+    `folder` and swapped in whole (no copy of the remote code: the package loads a run folder)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     parent = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -156,6 +158,8 @@ def write_run_folder(folder: str | Path, drafter, state: ContinualState) -> None
         for code in staging.glob("*.py"):  # the remote-code copies: a run folder is loaded by the package itself
             code.unlink()
         atomic_write_json(staging / STATE_FILE, dataclasses.asdict(state))
+        if recipe is not None:
+            record_card_inputs(staging, recipe=recipe)
         shutil.rmtree(old, ignore_errors=True)
         if folder.exists():
             folder.rename(old)
