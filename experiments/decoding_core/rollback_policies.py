@@ -5,18 +5,26 @@ the decoder of commit 6f7fe6d (where `TargetSlots.commit` gathered); the result 
 
     OMP_NUM_THREADS=1 python experiments/decoding_core/rollback_policies.py
 """
-import sys, tempfile, time
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 import torch
+
+
 sys.path.insert(0, "experiments/decoding_core")
 from compare_cores import old_drafter_folder
-import slimspec_hf
-from slimspec_hf import verification_slimspec as V
 from transformers import AutoModelForCausalLM
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+import slimspec_hf
+from slimspec_hf import verification_slimspec as V
 from slimspec_hf.evaluation.batching import left_padded_batch, new_token_counts
 from slimspec_hf.evaluation.benchmark import default_questions_path, load_questions
 from slimspec_hf.paths import embedded_drafter_dir
+
+
 torch.set_num_threads(1)
 target, tok = slimspec_hf.load_embedded_target(dtype="bfloat16")
 new = AutoModelForCausalLM.from_pretrained(embedded_drafter_dir(), dtype=target.dtype)

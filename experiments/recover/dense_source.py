@@ -35,14 +35,8 @@ def moments(drafter, target, rows, ttt_steps: int):
         out = target(input_ids=ids, output_hidden_states=True)
         features = torch.cat([out.hidden_states[i][:, :T] for i in layer_ids], dim=-1)
         final = out.hidden_states[-1][0]  # (T + 1, d_t), post-norm: what the target's head reads
-        embeds = drafter.get_input_embeddings()(ids)
-        positions = torch.arange(T)[None]
-        context, fed = [], {"target_features": features}
-        for k in range(min(ttt_steps, T - 1)):
-            shifted = torch.zeros_like(embeds[:, :T])
-            shifted[:, : T - k] = embeds[:, k + 1 : T + 1]
-            raw = drafter.ttt_step(shifted, positions, k, context, **fed)
-            fed = {"hidden_states": drafter.feedback(raw)}
+        embeds = drafter.get_input_embeddings()(ids[:, :T])
+        for k, raw in enumerate(drafter.ttt_unroll(embeds, features, torch.arange(T)[None], min(ttt_steps, T - 1))):
             # step k at t drafts x_{t+k+2}, which the target predicts from its state at t + k + 1
             t = torch.arange(T - k - 1)
             keep = labels[t + k + 2]

@@ -177,13 +177,13 @@ class SpeculativeDecoder:
             self.head is not None and self.head.weight.dtype == torch.float32 and target.device.type == "cpu"
         )
         self.row_stats = [SlimSpecGenerationStats() for _ in self.seqs]
-        self.scores: tuple[torch.Tensor, ...] = ()
-        self.raw_logits: tuple[torch.Tensor, ...] = ()
-        # every layer's states per generated token (transformers' layout), when the caller asks for them
-        self.all_hidden_states = bool(
-            generation_config.return_dict_in_generate and generation_config.output_hidden_states
-        )
-        self.hidden_states: tuple[tuple[torch.Tensor, ...], ...] = ()
+        # per generated token, kept only when the caller asks for them: processed and raw logits (V each), every
+        # layer's states (transformers' layout)
+        self.scores, self.raw_logits, self.hidden_states = (), (), ()
+        requested = bool(generation_config.return_dict_in_generate)
+        self.keep_scores = requested and bool(generation_config.output_scores)
+        self.keep_logits = requested and bool(generation_config.output_logits)
+        self.all_hidden_states = requested and bool(generation_config.output_hidden_states)
         self.captured = True if self.all_hidden_states else captured_hidden_states(self.layer_ids)
         self.cache_name = cache_keyword(target)
 
@@ -206,7 +206,8 @@ class SpeculativeDecoder:
             logits = TargetLogits(empty, None, None, out.logits[b : b + 1, -1:])
             acceptance = accept(empty, logits, seq, self.processing, self.do_sample)
             self.state.add_target_features(b, hidden_states)
-            self.scores, self.raw_logits = tuple(acceptance.scores), tuple(acceptance.raw_logits)
+            self.scores = tuple(acceptance.scores) if self.keep_scores else ()
+            self.raw_logits = tuple(acceptance.raw_logits) if self.keep_logits else ()
             self.hidden_states = (tuple(hidden_states),) if self.all_hidden_states else ()
             seq.append(torch.tensor([[acceptance.token]], dtype=seq.ids.dtype, device=seq.ids.device))
 
@@ -336,8 +337,8 @@ class SpeculativeDecoder:
         self.state.add_target_features(i, hidden_states, rows.to(hidden_states[self.layer_ids[0]].device))
         appended = torch.tensor([new_tokens], dtype=seq.ids.dtype, device=seq.ids.device)
         seq.append(appended)
-        self.scores += tuple(acceptance.scores[: len(new_tokens)])
-        self.raw_logits += tuple(acceptance.raw_logits[: len(new_tokens)])
+        self.scores += tuple(acceptance.scores[: len(new_tokens)]) if self.keep_scores else ()
+        self.raw_logits += tuple(acceptance.raw_logits[: len(new_tokens)]) if self.keep_logits else ()
         if self.all_hidden_states:  # the states of the row each new token was predicted from
             self.hidden_states += tuple(tuple(h[:, r : r + 1] for h in hidden_states) for r in rows.tolist())
         return appended
@@ -356,8 +357,8 @@ class SpeculativeDecoder:
             return sequences
         return GenerateDecoderOnlyOutput(
             sequences=sequences,
-            scores=self.scores if generation_config.output_scores else None,
-            logits=self.raw_logits if generation_config.output_logits else None,
+            scores=self.scores if self.keep_scores else None,
+            logits=self.raw_logits if self.keep_logits else None,
             hidden_states=self.hidden_states if self.all_hidden_states else None,
             **{OUTPUT_CACHE: self.cache if len(self.seqs) == 1 else None},
         )
@@ -431,7 +432,6 @@ def slimspec_generate(
     seqs = [DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)]
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache, seqs)
     drafter.last_generation_stats = decoder.stats()
-    output_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     if streamer is not None:
         streamer.put(input_ids.cpu())
     decoder.prefill()
@@ -439,7 +439,7 @@ def slimspec_generate(
     while True:
         if streamer is not None:
             streamer.put(appended[0].cpu())
-        decoder.retire(stopping_criteria, decoder.scores if output_scores else None)
+        decoder.retire(stopping_criteria, decoder.scores if decoder.keep_scores else None)
         if not decoder.active:
             break
         appended = decoder.round()

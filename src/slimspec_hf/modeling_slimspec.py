@@ -465,6 +465,19 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         context.append(kv)
         return out
 
+    def ttt_unroll(self, inputs_embeds, target_features, position_ids, steps: int, attention_mask=None) -> list:
+        """The training-time-test unroll over a sequence: `steps` drafting steps (`ttt_step`), step k reading at t
+        the embedding of x_{t+k+1} (`inputs_embeds` (B, T, d) of x_0..x_{T-1}, shifted here; zero past the end) and
+        the target's features (k = 0) or its own step k-1 state fed back. Returns each step's pre-norm states."""
+        context, states = [], []
+        for k in range(steps):
+            shifted = torch.zeros_like(inputs_embeds)
+            kept = max(inputs_embeds.shape[1] - k - 1, 0)  # rows shorter than the unroll have nothing left to shift in
+            shifted[:, :kept] = inputs_embeds[:, k + 1 : k + 1 + kept]  # x_{t+k+1} at position t
+            fed = {"target_features": target_features} if k == 0 else {"hidden_states": self.feedback(states[-1])}
+            states.append(self.ttt_step(shifted, position_ids, k, context, attention_mask, **fed))  # (B, T, d)
+        return states
+
 
 def check_safetensors_checkpoint(folder: str) -> None:
     """Refuses a folder whose weights are not safetensors, or whose safetensors files are truncated."""

@@ -8,6 +8,7 @@ from tests.mutations.mutant import Edit, Mutant
 
 
 TRAINER = "training/trainer.py"
+MODELING = "modeling_slimspec.py"
 LOSSES = "training/losses.py"
 UNROLL = "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[low_rank]"
 UNROLL_TRIMMED = "tests/training/test_trainer.py::test_ttt_loss_equals_drafting_position_by_position[trimmed]"
@@ -32,9 +33,9 @@ MUTANTS = [
         name="training: every TTT step reads the next token instead of the one k+1 ahead",
         edits=(
             Edit(
-                TRAINER,
-                "shifted[:, :kept] = embeds[:, k + 1 : k + 1 + kept]",
-                "shifted[:, :kept] = embeds[:, 1 : 1 + kept]",
+                MODELING,
+                "shifted[:, :kept] = inputs_embeds[:, k + 1 : k + 1 + kept]",
+                "shifted[:, :kept] = inputs_embeds[:, 1 : 1 + kept]",
             ),
         ),
         tests=(UNROLL,),
@@ -43,9 +44,9 @@ MUTANTS = [
         name="training: every TTT step reads step 0's states instead of the previous step's",
         edits=(
             Edit(
-                TRAINER,
-                '{"hidden_states": drafter.feedback(states[-1])}',
-                '{"hidden_states": drafter.feedback(states[0])}',
+                MODELING,
+                '{"hidden_states": self.feedback(states[-1])}',
+                '{"hidden_states": self.feedback(states[0])}',
             ),
         ),
         tests=(UNROLL,),
@@ -54,9 +55,9 @@ MUTANTS = [
         name="training: later TTT steps read the target's features again instead of the drafter's own states",
         edits=(
             Edit(
-                TRAINER,
-                'fed = {"target_features": features} if k == 0 else {"hidden_states": drafter.feedback(states[-1])}',
-                'fed = {"target_features": features}',
+                MODELING,
+                'fed = {"target_features": target_features} if k == 0 else {"hidden_states": self.feedback(states[-1])}',
+                'fed = {"target_features": target_features}',
             ),
         ),
         tests=(UNROLL,),
@@ -65,7 +66,7 @@ MUTANTS = [
         name="training: the TTT steps' RoPE positions do not advance with the step",
         edits=(
             Edit(
-                "modeling_slimspec.py",
+                MODELING,
                 "cos, sin = self.rotary_emb(hidden_states, position_ids + step)",
                 "cos, sin = self.rotary_emb(hidden_states, position_ids)",
             ),
@@ -76,9 +77,9 @@ MUTANTS = [
         name="training: real positions attend to left-padding keys in the unroll",
         edits=(
             Edit(
-                TRAINER,
-                "drafter.ttt_step(shifted, positions, k, context, attention_mask, **fed)",
-                "drafter.ttt_step(shifted, positions, k, context, None, **fed)",
+                MODELING,
+                "self.ttt_step(shifted, position_ids, k, context, attention_mask, **fed)",
+                "self.ttt_step(shifted, position_ids, k, context, None, **fed)",
             ),
         ),
         tests=(UNROLL,),

@@ -116,10 +116,9 @@ def recover_prompts(args) -> list[str] | None:
     return [row["messages"][-1]["content"] for row in load_prompts(args.prompts, args.recover_prompts)]
 
 
-def recover_head(drafter, ckpt, target, tokenizer, args, prompts) -> str:
-    """Runs `--recover` on `drafter` (in place); returns its summary line."""
+def recover_head(drafter, dense, target, tokenizer, args, prompts) -> str:
+    """Runs `--recover` on `drafter` (in place) against the source's dense head; returns its summary line."""
     settings = RecoverSettings(seconds=args.recover_seconds, num_prompts=args.recover_prompts)
-    dense = full_vocab_head(ckpt, target, drafter.config.hidden_size)
     record = recover(drafter, dense, target, tokenizer, f"{args.out}.recover", settings, prompts=prompts)
     agreement = {key: record[key]["top1_agreement"] for key in ("svd", "activation_svd", "recovered")}
     return (
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         error = float((dense - drafter.lm_head.merged_weight().detach()).norm() / dense.norm())
         summary.append(f"relative head error ||W - W_up W_down||_F / ||W||_F: {error:.4f} ({args.head_init})")
     if args.recover:
-        summary.append(recover_head(drafter, ckpt, target, tokenizer, args, prompts))
+        summary.append(recover_head(drafter, dense, target, tokenizer, args, prompts))
     _save_atomically(drafter.to(resolve_dtype(args.dtype)), Path(args.out))
     print("\n".join(summary + [f"saved: {args.out}"]))
     return 0

@@ -54,11 +54,7 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
         )
     else:
         raise TypeError(f"Cannot export a head of type {type(head).__name__}.")
-    tensors = {"fc.weight": drafter.fc.weight, "norm.weight": drafter.norm.weight}
-    tensors.update(eagle31_tensors(drafter))
-    for name, value in drafter.layer.state_dict().items():
-        tensors["layers.0." + name] = value
-    tensors["lm_head.weight"] = weight
+    tensors = {**backbone_tensors(drafter), "lm_head.weight": weight}
     draft_vocab = weight.shape[0]
     # vLLM creates `draft_id_to_target_id` only when draft_vocab_size < vocab_size (and refuses a `d2t` otherwise);
     # the speculators library reads none for a full-vocabulary head either.
@@ -67,14 +63,16 @@ def speculators_state_dict(drafter: SlimSpecDrafterForCausalLM) -> tuple[dict[st
     return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, draft_vocab
 
 
-def eagle31_tensors(drafter: SlimSpecDrafterForCausalLM) -> dict[str, torch.Tensor]:
-    """The norms EAGLE-3.1 puts in front of `fc`, named as speculators, vLLM, SpecForge and TorchSpec name them."""
-    tensors = {}
+def backbone_tensors(drafter: SlimSpecDrafterForCausalLM) -> dict[str, torch.Tensor]:
+    """Everything but the head, speculators-named: `fc`, the norms EAGLE-3.1 puts in front of it (as speculators,
+    vLLM, SpecForge and TorchSpec name them), `layers.0.*`, `norm` (detached, on the CPU, contiguous)."""
+    tensors = {"fc.weight": drafter.fc.weight, "norm.weight": drafter.norm.weight}
+    tensors.update({"layers.0." + name: value for name, value in drafter.layer.state_dict().items()})
     if drafter.config.fc_norm:
         tensors.update({f"fc_norm.{i}.weight": norm.weight for i, norm in enumerate(drafter.fc_norm)})
     if drafter.config.norm_before_fc:
         tensors["input_norm.weight"] = drafter.input_norm.weight
-    return tensors
+    return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
 
 
 def token_maps(token_ids: torch.Tensor, vocab_size: int) -> dict[str, torch.Tensor]:
@@ -293,18 +291,20 @@ def export_torchspec(
             f"give r = {cfg.head_rank} for hidden_size {cfg.hidden_size}; export with --to vllm or --to speculators."
         )
     dtype = dtype or drafter.fc.weight.dtype
-    tensors = {"fc.weight": drafter.fc.weight, "norm.weight": drafter.norm.weight, **eagle31_tensors(drafter)}
-    tensors.update({"midlayer." + name: value for name, value in drafter.layer.state_dict().items()})
-    tensors.update({"lm_head.down.weight": head.down.weight, "lm_head.up.weight": head.up.weight})
+    factors = {"lm_head.down.weight": head.down.weight, "lm_head.up.weight": head.up.weight}
+    tensors = {
+        **native_names(backbone_tensors(drafter)),
+        **{k: v.detach().cpu().contiguous() for k, v in factors.items()},
+    }
     config = safeailab_config(drafter, cfg.vocab_size, dtype)
     config.update(lm_head_rank_divisor=divisor, fc_norm=bool(cfg.fc_norm), norm_output=bool(cfg.norm_output))
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     return write_export(out_dir, tensors, config, dtype)
 
 
 __all__ = [
     "DEFAULT_SPECULATIVE_TOKENS",
     "EXPORT_FORMATS",
+    "backbone_tensors",
     "speculators_state_dict",
     "speculators_config",
     "token_maps",

@@ -92,24 +92,18 @@ def collect_head_states(drafter: SlimSpecDrafterForCausalLM, target, sequences, 
     """The LM head's inputs (N, d), fp32, of `drafter` unrolled `ttt_steps` drafting steps over each sequence: step
     0 reads the target's features at t, step k its own step k-1 state (the training-time-test unroll)."""
     layer_ids = list(drafter.config.target_layer_ids)
-    embed = drafter.get_input_embeddings()
     states = []
     for ids in sequences:
         ids = ids.to(next(target.parameters()).device)[None]
         T = ids.shape[1] - 1  # positions t with a next token x_{t+1}
         if T < 2:
             continue
-        out = target(input_ids=ids[:, :T], output_hidden_states=True)
-        features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)  # (1, T, 3·d_t)
-        embeds = embed(ids)  # (1, T + 1, d)
-        positions = torch.arange(T, device=ids.device)[None]
-        context, fed = [], {"target_features": features}
-        for k in range(min(ttt_steps, T)):
-            shifted = torch.zeros_like(embeds[:, :T])
-            shifted[:, : T - k] = embeds[:, k + 1 : T + 1]  # x_{t+k+1} at position t
-            raw = drafter.ttt_step(shifted.to(drafter.dtype), positions, k, context, **fed)  # (1, T, d) pre-norm
-            states.append(drafter.norm(raw)[0, : T - k].float().cpu())  # step k drafts past the answer beyond T-k
-            fed = {"hidden_states": drafter.feedback(raw)}
+        out = target(input_ids=ids, output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i] for i in layer_ids], dim=-1)  # (1, T + 1, 3·d_t)
+        embeds = drafter.get_input_embeddings()(ids).to(drafter.dtype)
+        unrolled = drafter.ttt_unroll(embeds, features, torch.arange(T + 1, device=ids.device)[None], ttt_steps)
+        # step k at t reads x_{t+k+1}: positions past T - k draft beyond the answer
+        states += [drafter.norm(raw)[0, : T - k].float().cpu() for k, raw in enumerate(unrolled)]
     if not states:
         raise ValueError("Every recovery sequence is shorter than 3 tokens: nothing to collect states from.")
     return torch.cat(states)

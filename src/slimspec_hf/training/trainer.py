@@ -119,13 +119,7 @@ class SlimSpecTTTModel(nn.Module):
         with torch.no_grad():
             embeds = drafter.embed(input_ids)  # (B, T, d), the target's frozen embedding
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        context, states = [], []
-        for k in range(self.ttt_steps):
-            shifted = torch.zeros_like(embeds)
-            kept = max(embeds.shape[1] - k - 1, 0)  # rows shorter than the unroll have nothing left to shift in
-            shifted[:, :kept] = embeds[:, k + 1 : k + 1 + kept]  # x_{t+k+1} at position t
-            fed = {"target_features": features} if k == 0 else {"hidden_states": drafter.feedback(states[-1])}
-            states.append(drafter.ttt_step(shifted, positions, k, context, attention_mask, **fed))  # (B, T, d)
+        states = drafter.ttt_unroll(embeds, features, positions, self.ttt_steps, attention_mask)  # k: (B, T, d)
         batch_idx, teacher_pos, student_pos, valid = ttt_targets(attention_mask, loss_mask, self.ttt_steps)
         student = torch.stack([states[k][batch_idx, student_pos[k]] for k in range(self.ttt_steps)])  # (S, N, d)
         teacher = final_hidden[batch_idx, teacher_pos]  # (N, d_t)

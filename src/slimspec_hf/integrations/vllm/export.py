@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ...interop.export import load_exportable, speculators_config, speculators_state_dict, write_export
+from ...interop.export import backbone_tensors, load_exportable, speculators_config, write_export
 from ...modeling_slimspec import LowRankHead, SlimSpecDrafterForCausalLM
 from . import ARCHITECTURE
 
@@ -31,9 +31,8 @@ def vllm_state_dict(drafter: SlimSpecDrafterForCausalLM) -> dict[str, torch.Tens
             f"`slimspec export --to vllm` keeps a low-rank head's two factors, but this drafter's head is "
             f"{drafter.config.head_type!r}; export it with --to speculators (a dense head vLLM serves as is)."
         )
-    # The backbone exactly as the speculators export writes it; its merged head is replaced by the factors.
-    tensors, _ = speculators_state_dict(drafter)
-    del tensors["lm_head.weight"]
+    # The backbone exactly as the speculators export writes it, then the head's two factors (never merged).
+    tensors = backbone_tensors(drafter)
     tensors["lm_head.down.weight"] = head.down.weight.detach().cpu().contiguous()  # (r, d)
     tensors["lm_head.up.weight"] = head.up.weight.detach().cpu().contiguous()  # (V, r), row-major on disk
     return tensors
