@@ -89,6 +89,15 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     assert [s["from_position"] for s in state.sessions] == [0, 6]
 
 
+def test_a_session_writes_the_folder_at_every_save_and_trains_on(tmp_path):
+    # the folder is written (recipe included) while the Trainer runs: nothing it does may break the Trainer's state
+    trainer, seen, _ = run_session(tmp_path, "a", tiny_rows(10), max_steps=3, save_strategy="steps", save_steps=1)
+    assert trainer.state.global_step == 3
+    state = ContinualState.load(tmp_path / "run")
+    assert (state.position, state.steps) == (6, 3)
+    assert json.loads((tmp_path / "run" / "slimspec_card.json").read_text())["recipe"]["save_steps"] == 1
+
+
 def test_new_data_start_their_own_order_and_the_totals_carry_on(tmp_path, caplog):
     run_session(tmp_path, "a", tiny_rows(10), max_steps=2)
     other = tiny_rows(8, seed=1)

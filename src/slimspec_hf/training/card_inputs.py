@@ -5,6 +5,7 @@ these inputs where a drafter is published (`interop.model_card.write_model_card`
 the benchmark adding results), so that each step adds to what the earlier ones recorded.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -59,12 +60,31 @@ def recipe_dict(recipe: Any) -> dict | None:
     return {str(k): plain(v) for k, v in recipe.items() if not RECIPE_PRIVATE.search(str(k))}
 
 
+@contextlib.contextmanager
+def _accelerate_state_kept():
+    """accelerate's shared (Borg) state as it was before the block, whatever the block reset."""
+    try:
+        from accelerate.state import AcceleratorState, PartialState
+    except ImportError:
+        yield
+        return
+    kept = [(cls, dict(cls._shared_state)) for cls in (PartialState, AcceleratorState)]
+    try:
+        yield
+    finally:
+        for cls, state in kept:
+            cls._shared_state.clear()
+            cls._shared_state.update(state)
+
+
 def _changed_fields(args: Any) -> dict:
     """The init fields of a dataclass instance that differ from a default instance of its class.
 
     The baseline is built by the class itself (from the required fields only) so that what its post-init normalises
     (TrainingArguments turns `report_to=None` into `[]`, fills `accelerator_config`, ...) does not count as a change;
-    if that fails, the declared field defaults are the baseline.
+    if that fails, the declared field defaults are the baseline. A TrainingArguments post-init resets accelerate's
+    process-wide state, which a running Trainer needs (a continual run records its recipe at every save): the state
+    is put back afterwards.
     """
     fields = [f for f in dataclasses.fields(args) if f.init]
     required = {
@@ -73,7 +93,7 @@ def _changed_fields(args: Any) -> dict:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _accelerate_state_kept():
             warnings.simplefilter("ignore")
             baseline = type(args)(**required)
         defaults = {f.name: getattr(baseline, f.name) for f in fields}
