@@ -359,11 +359,12 @@ def test_a_lookup_chain_the_target_often_rejects_is_lossless(draws):
     assert events["lookup rejected"] > 0.5 and events["bonus"] > 0.01, events
 
 
-def _decoder_graft(seq, tree, match=None):
+def _decoder_graft(seq, tree, match=None, branch_ngram=0):
     """The decoder's own `graft_lookup` on `tree`: `match` grafted at the root if the drafter's likeliest first
-    token agrees with it, else the likeliest path extended by what followed its last token earlier."""
+    token agrees with it (or, with `branch_ngram`, as a branch of its own), else the likeliest path extended by what
+    followed its last token earlier."""
     decoder = SimpleNamespace(
-        lookup=LookupPolicy(min_ngram=3, max_ngram=1, num_tokens=2, extend_ngram=1),
+        lookup=LookupPolicy(min_ngram=3, max_ngram=1, num_tokens=2, extend_ngram=1, branch_ngram=branch_ngram),
         eos_ids=set(),
         tree_masks=True,
         do_sample=True,
@@ -382,6 +383,27 @@ def test_lookup_grafted_at_the_root_of_a_drafted_tree_is_lossless(draws):
     joint, events = exact_distribution(
         draws, list(PROMPT), 3, lambda seq: _decoder_graft(seq, drafter.round_tree(seq), match)
     )
+    assert_lossless(joint, list(PROMPT), 3)
+    assert events["lookup rejected"] > 0.2 and events["depth 2+"] > 0.1, events
+
+
+def test_lookup_the_drafter_disagrees_with_verified_as_its_own_branch_is_lossless(draws):
+    """`draft_lookup_branch_ngram`: a match whose first token is not the drafter's likeliest, grafted at the root
+    beside the drafter's draws as a branch of its own (tested before them, one-hot q)."""
+    drafter = TableDrafter(TreeShape(size=2, depth=2, top_k=2))
+    logits = torch.tensor(drafter_logits(PROMPT))
+    first = _likely_rejected_token(PROMPT)
+    assert first != int(logits.argmax())
+    match = LookupMatch([first, _likely_rejected_token((*PROMPT, first))], ngram=1)
+    branched = []
+
+    def build(seq):
+        tree = _decoder_graft(seq, drafter.round_tree(seq), match, branch_ngram=1)
+        branched.append(tree.proposals[-1][0].q is None and len(tree.proposals[-1]) > 1)
+        return tree
+
+    joint, events = exact_distribution(draws, list(PROMPT), 3, build)
+    assert all(branched)  # the lookup token is tested first, the drafter's draws after it
     assert_lossless(joint, list(PROMPT), 3)
     assert events["lookup rejected"] > 0.2 and events["depth 2+"] > 0.1, events
 

@@ -106,12 +106,12 @@ def test_greedy_identity_accepting_deep_paths_on_a_live_target(attention):
         ids = torch.cat([ids, ids[:, :3]], dim=-1)  # a repeat: prompt lookup has matches
         plain = target.generate(ids, max_new_tokens=30, do_sample=False)
         drafter.teach(plain[0].tolist())
-        for lookup in (False, True):
+        for lookup, branch in ((False, 0), (True, 0), (True, 1)):  # branch: every match also its own branch
             fast = tree_generate(
                 target, ids, drafter, tree, max_new_tokens=30, do_sample=False, draft_lookup=lookup,
-                draft_lookup_min_ngram=3, draft_lookup_extend_ngram=1,
+                draft_lookup_min_ngram=3, draft_lookup_extend_ngram=1, draft_lookup_branch_ngram=branch,
             )  # fmt: skip
-            assert fast.tolist() == plain.tolist(), (tree, lookup)
+            assert fast.tolist() == plain.tolist(), (tree, lookup, branch)
             rounds.append(drafter.last_generation_stats)
             sources |= set(drafter.last_generation_stats.rounds_by_source)
     total = SlimSpecGenerationStats.combined(rounds)
@@ -333,6 +333,8 @@ def test_invalid_settings_fail_loudly():
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="`draft_tree_depth` must be an integer >= 1, got 0"):
         tree_generate(target, ids, drafter, (4, 0, 4), max_new_tokens=4)
+    with pytest.raises(ValueError, match="`draft_lookup_branch_ngram` must be an integer >= 0, got -1"):
+        tree_generate(target, ids, drafter, max_new_tokens=4, draft_lookup=True, draft_lookup_branch_ngram=-1)
     with pytest.raises(ValueError, match="SlimSpec drafter"):
         target.generate(ids, custom_generate=slimspec_generate, drafter=make_tiny_target(), max_new_tokens=4)
     with pytest.raises(ValueError, match="draft_sampling.*not decoding settings"):

@@ -754,8 +754,10 @@ def test_generation_config_round_trips_with_the_checkpoint(tmp_path):
     [
         {"draft_lookup_min_ngram": 1},  # lookup rounds (verified by matching)
         {"draft_lookup_min_ngram": 8, "draft_lookup_extend_ngram": 1},  # drafter chains extended by lookup
+        # every match a branch of its own beside the drafter's tree, agreeing or not
+        {"draft_lookup_min_ngram": 8, "draft_lookup_branch_ngram": 1, "draft_tree_size": 2, "draft_tree_depth": 1},
     ],
-    ids=["lookup-rounds", "extended-chains"],
+    ids=["lookup-rounds", "extended-chains", "branches"],
 )
 def test_hybrid_sampling_matches_the_target_distribution(settings):
     target = make_tiny_target(seed=21, vocab_size=12)

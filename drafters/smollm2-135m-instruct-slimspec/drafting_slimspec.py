@@ -147,6 +147,7 @@ class LookupPolicy:
     max_ngram: int
     num_tokens: int
     extend_ngram: int
+    branch_ngram: int = 0
 
     def find(self, tokens: torch.Tensor, room: int) -> LookupMatch | None:
         """The continuation of `tokens`' latest n-gram, at most `room` tokens (None where there is no room)."""
@@ -157,6 +158,10 @@ class LookupPolicy:
     def drafts_alone(self, match: LookupMatch | None) -> bool:
         """A match long enough to be verified without the drafter's agreement (no drafter call that round)."""
         return match is not None and match.ngram >= self.min_ngram
+
+    def branches(self, match: LookupMatch | None) -> bool:
+        """A match long enough to be verified beside the drafter's draft even where the drafter disagrees."""
+        return match is not None and bool(match.tokens) and 0 < self.branch_ngram <= match.ngram
 
     def extends(self, match: LookupMatch | None) -> bool:
         """A match long enough to extend the end of the drafter's likeliest path."""

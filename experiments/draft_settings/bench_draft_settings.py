@@ -8,61 +8,33 @@ prompt, interleaved prompt by prompt, greedy, one thread. Systems (all with the 
 `target` alone; `kN` a chain of N (`draft_lookup=False`); `hkN` hybrid with lookup at k = N (`draft_lookup=True`);
 `hyb` the drafter's own defaults; `hyb_m1`/`hyb_m2`/`hyb_m3` hybrid trusting 1/2/3-token matches; `hyb_noext`
 without extending chains by lookup; `tree8`/`tree16` dynamic trees 8/3/4 and 16/4/4, `htree8`/`htree16` the same with
-the lookup draft grafted on; `tree:S/D/K`, `htree:S/D/K` any tree shape; `pld` transformers' prompt lookup
+the lookup draft grafted on; `tree:S/D/K`, `htree:S/D/K` any tree shape; `hyb+KEY=N+...` the defaults with lookup settings changed
+(min, max, num, ext, branch: `draft_lookup_{min,max}_ngram`, `_num_tokens`, `_extend_ngram`, `_branch_ngram`); `pld` transformers' prompt lookup
 (`prompt_lookup_num_tokens=10`).
 
-`--tree-baseline REV` also runs every tree system with `tree_slimspec.py` as of git revision REV (rows NAME@REV), in
-the same run, for before/after comparisons of the tree decoder.
+`--temperature T` samples instead (every system on a prompt draws with the same seed); `--record FILE` appends the
+run (per-category tokens and seconds of every system) as one JSON line.
 """
 
 import argparse
-import contextlib
 import json
+import time
 
 import torch
-
-
-def _tree_decoding_at(revision: str):
-    """`tree_decoding` of `src/slimspec_hf/tree_slimspec.py` at git `revision`, loaded inside the package (its
-    relative imports resolve to the installed siblings)."""
-    import importlib.util
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    source = subprocess.run(
-        ["git", "show", f"{revision}:src/slimspec_hf/tree_slimspec.py"], check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "tree_slimspec_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("slimspec_hf._tree_slimspec_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.tree_decoding
-
-
-@contextlib.contextmanager
-def _tree_decoder(decoding):
-    """Routes `generate()`'s tree decoding to `decoding` (the hook imports `tree_decoding` at each call)."""
-    import slimspec_hf.tree_slimspec as tree_module
-
-    installed = tree_module.tree_decoding
-    tree_module.tree_decoding = decoding or installed
-    try:
-        yield
-    finally:
-        tree_module.tree_decoding = installed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--dataset", default="mt_bench", choices=["mt_bench", "spec_bench"])
+    parser.add_argument("--prompts", default=None, help="a question jsonl of your own (default: --dataset's)")
     parser.add_argument("--per-category", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--systems", default="target,k1,k2,k3,hk1,pld")
     parser.add_argument("--drafter", default=None, help="default: the shipped embedded drafter")
-    parser.add_argument("--tree-baseline", default=None, metavar="REV", help="also run trees as of git revision REV")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled at this temperature")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", default=None, help="JSONL file the run is appended to")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -91,19 +63,24 @@ def main() -> None:
             size, depth, top_k = map(int, shape.split("/"))
             tree = {"draft_tree_size": size, "draft_tree_depth": depth, "draft_tree_top_k": top_k}
             systems[name] = {"assistant_model": drafter, "draft_lookup": kind == "htree", **tree}
-    decoders = {}  # system -> tree_decoding to run it with (default: the installed one)
-    if args.tree_baseline:
-        baseline = _tree_decoding_at(args.tree_baseline)
-        for name in [n for n in names if "tree" in n]:
-            systems[f"{name}@{args.tree_baseline}"] = systems[name]
-            decoders[f"{name}@{args.tree_baseline}"] = baseline
-            names.insert(names.index(name) + 1, f"{name}@{args.tree_baseline}")
+    keys = {
+        "min": "min_ngram",
+        "max": "max_ngram",
+        "num": "num_tokens",
+        "ext": "extend_ngram",
+        "branch": "branch_ngram",
+    }
+    for name in names:  # the defaults with lookup settings changed: hyb+min=8+branch=1
+        if name.startswith("hyb+"):
+            changed = dict(pair.split("=") for pair in name.split("+")[1:])
+            systems[name] = {"assistant_model": drafter, "draft_lookup": True}
+            systems[name].update({f"draft_lookup_{keys[k]}": int(v) for k, v in changed.items()})
     unknown = [n for n in names if n not in systems]
     if unknown or "target" not in names:
         raise SystemExit(f"--systems: unknown {unknown} (or no `target`); choose from {sorted(systems)}")
 
     by_category: dict[str, list[str]] = {}
-    with open(default_questions_path(args.dataset), encoding="utf-8") as handle:
+    with open(args.prompts or default_questions_path(args.dataset), encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             kept = by_category.setdefault(row["category"], [])
@@ -111,13 +88,20 @@ def main() -> None:
                 kept.append(row["turns"][0])
     totals = {n: [0, 0.0, 0, 0] for n in names}  # tokens, seconds, accepted, rounds
     per_category: dict[str, dict[str, list]] = {}
+    index = 0
     for category, prompts in by_category.items():
         for prompt in prompts:
+            index += 1
             inputs = encode_prompt(tokenizer, prompt, target.device)
             for name in names:
-                with torch.inference_mode(), _tree_decoder(decoders.get(name)), Timer(target.device) as timer:
+                sampling = {"do_sample": True, "temperature": args.temperature, "top_k": 0, "top_p": 1.0}
+                torch.manual_seed(args.seed + index)  # the same draws for every system
+                with torch.inference_mode(), Timer(target.device) as timer:
                     out = target.generate(
-                        **inputs, max_new_tokens=args.max_new_tokens, do_sample=False, **systems[name]
+                        **inputs,
+                        max_new_tokens=args.max_new_tokens,
+                        **(sampling if args.temperature > 0 else {"do_sample": False}),
+                        **systems[name],
                     )
                 new = out.shape[1] - inputs["input_ids"].shape[1]
                 row = per_category.setdefault(category, {}).setdefault(name, [0, 0.0])
@@ -131,8 +115,8 @@ def main() -> None:
                     totals[name][3] += stats.rounds
     base = totals["target"][0] / totals["target"][1]
     print(
-        f"{args.dataset}, {sum(map(len, by_category.values()))} prompts, {args.max_new_tokens} new tokens, "
-        f"dtype {args.dtype}, 1 thread, greedy, interleaved"
+        f"{args.prompts or args.dataset}, {sum(map(len, by_category.values()))} prompts, {args.max_new_tokens} new tokens, "
+        f"dtype {args.dtype}, 1 thread, {f'T {args.temperature}' if args.temperature else 'greedy'}, interleaved"
     )
     print("| system | tok/s | speed-up | τ |\n|---|---:|---:|---:|")
     for name in names:
@@ -143,6 +127,10 @@ def main() -> None:
     for category, rows in per_category.items():
         plain = rows["target"][0] / rows["target"][1]
         print(f"| {category} | " + " | ".join(f"{rows[n][0] / rows[n][1] / plain:.2f}" for n in names[1:]) + " |")
+    if args.record:
+        with open(args.record, "a", encoding="utf-8") as handle:
+            run = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **vars(args)}
+            handle.write(json.dumps({**run, "totals": totals, "per_category": per_category}) + "\n")
 
 
 if __name__ == "__main__":

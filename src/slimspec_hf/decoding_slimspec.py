@@ -264,10 +264,13 @@ class SpeculativeDecoder:
         lookup, match, budget = self.lookup, plan.match, plan.budget
         if lookup is None or budget <= 1:
             return tree
-        if match is not None and int(root_logits.argmax()) == match.tokens[0]:
-            if not self.tree_masks:
-                return lookup_tree(match.tokens)  # a target without tree masks verifies chains only
-            tree.graft(match.tokens)  # a short match the drafter agrees with, verified in the same forward
+        agrees = match is not None and int(root_logits.argmax()) == match.tokens[0]
+        if agrees and not self.tree_masks:
+            return lookup_tree(match.tokens)  # a target without tree masks verifies chains only
+        if agrees or (self.tree_masks and lookup.branches(match)):
+            # a match the drafter agrees with, or one long enough to be a branch of its own: verified in the same
+            # forward as the drafter's draft (a choice made from the text alone, before any draw: lossless sampled)
+            tree.graft(match.tokens)
         else:  # verifying a few more tokens costs little: extend the likeliest path with what followed it earlier
             leaf = tree.likeliest_leaf()
             if leaf != ROOT and tree.tokens[leaf] in self.eos_ids:
@@ -392,7 +395,8 @@ def settings_shape(settings: DraftSettings) -> TreeShape:
 def settings_lookup(settings: DraftSettings) -> LookupPolicy | None:
     if not settings.draft_lookup:
         return None
-    names = ("min_ngram", "max_ngram", "num_tokens", "extend_ngram")  # the policy's fields, `draft_lookup_` settings
+    # the policy's fields, `draft_lookup_` settings
+    names = ("min_ngram", "max_ngram", "num_tokens", "extend_ngram", "branch_ngram")
     return LookupPolicy(*(getattr(settings, f"draft_lookup_{name}") for name in names))
 
 

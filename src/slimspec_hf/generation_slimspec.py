@@ -46,6 +46,9 @@ class DraftSettings:
         draft_lookup_num_tokens: tokens drafted by a lookup round.
         draft_lookup_extend_ngram: with `draft_lookup`, a drafter chain whose last `draft_lookup_extend_ngram`+
             tokens occurred earlier is extended with what followed them there (verified in the same forward).
+        draft_lookup_branch_ngram: with `draft_lookup` and a tree-capable target, a match of at least this many
+            tokens that the drafter does not agree with is still verified, as a branch of its own beside the
+            drafter's draft, in the same forward: the target picks per round which continuation holds. 0: never.
         draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
         draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
         draft_sampling: settings (names of this class) that replace the ones above when `do_sample=True`: the
@@ -65,6 +68,7 @@ class DraftSettings:
     draft_lookup_max_ngram: int = 8
     draft_lookup_num_tokens: int = 10
     draft_lookup_extend_ngram: int = 2
+    draft_lookup_branch_ngram: int = 0
     draft_tree_size: int = 0
     draft_tree_depth: int = 4
     draft_tree_top_k: int = 4
@@ -75,7 +79,12 @@ class DraftSettings:
     VARIANTS = ("draft_sampling", "draft_batched")  # settings that replace others in some calls
 
     # the least value of each integer setting
-    MINIMA = {"draft_tree_size": 0, "draft_max_batch_size": 0, "draft_lookup_max_ngram": "draft_lookup_min_ngram"}
+    MINIMA = {
+        "draft_tree_size": 0,
+        "draft_max_batch_size": 0,
+        "draft_lookup_branch_ngram": 0,
+        "draft_lookup_max_ngram": "draft_lookup_min_ngram",
+    }
 
     def __post_init__(self):
         for name in self.names():

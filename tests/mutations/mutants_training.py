@@ -237,4 +237,15 @@ MUTANTS = [
         ),
         tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
     ),
+    Mutant(
+        name="continual run: recording the recipe at a save resets accelerate's state under the running Trainer",
+        edits=(
+            Edit(
+                "training/card_inputs.py",
+                "with warnings.catch_warnings(), _accelerate_state_kept():",
+                "with warnings.catch_warnings():",
+            ),
+        ),
+        tests=("tests/training/test_continual.py::test_a_session_writes_the_folder_at_every_save_and_trains_on",),
+    ),
 ]
