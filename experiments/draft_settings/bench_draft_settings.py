@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--dataset", default="mt_bench", choices=["mt_bench", "spec_bench"])
     parser.add_argument("--prompts", default=None, help="a question jsonl of your own (default: --dataset's)")
     parser.add_argument("--per-category", type=int, default=1)
+    parser.add_argument("--skip", type=int, default=0, help="skip the first N questions of each category")
+    parser.add_argument("--categories", nargs="+", default=None, help="keep only these categories")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--systems", default="target,k1,k2,k3,hk1,pld")
     parser.add_argument("--drafter", default=None, help="default: the shipped embedded drafter")
@@ -80,11 +82,15 @@ def main() -> None:
         raise SystemExit(f"--systems: unknown {unknown} (or no `target`); choose from {sorted(systems)}")
 
     by_category: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
     with open(args.prompts or default_questions_path(args.dataset), encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
+            if args.categories and row["category"] not in args.categories:
+                continue
             kept = by_category.setdefault(row["category"], [])
-            if len(kept) < args.per_category:
+            seen[row["category"]] = seen.get(row["category"], 0) + 1
+            if seen[row["category"]] > args.skip and len(kept) < args.per_category:
                 kept.append(row["turns"][0])
     totals = {n: [0, 0.0, 0, 0] for n in names}  # tokens, seconds, accepted, rounds
     per_category: dict[str, dict[str, list]] = {}
