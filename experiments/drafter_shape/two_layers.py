@@ -102,7 +102,10 @@ def prepare(src: Path, out: Path) -> None:
     names = {
         "input_layernorm.weight": last.input_layernorm.weight,
         "post_attention_layernorm.weight": last.post_attention_layernorm.weight,
-        **{f"self_attn.{p}.weight": getattr(last.self_attn, p).weight for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+        **{
+            f"self_attn.{p}.weight": getattr(last.self_attn, p).weight
+            for p in ("q_proj", "k_proj", "v_proj", "o_proj")
+        },
         **{f"mlp.{p}.weight": getattr(last.mlp, p).weight for p in ("gate_proj", "up_proj", "down_proj")},
     }
     for name, weight in names.items():
