@@ -17,6 +17,9 @@ for variant in "$@"; do
     base) dir=checkpoints/smollm2-135m-instruct-slimspec; extra="" ;;
     ttt6) dir=$ROOT/ttt6; extra="--ttt_steps 6" ;;
     lr12e5) dir=$ROOT/lr12e5; extra="--learning_rate 1.2e-4" ;;
+    lk_greedy_kl05) dir=$ROOT/$variant; extra="--loss_type lk_greedy --lk_kl_weight 0.5" ;;
+    lk_greedy) dir=$ROOT/$variant; extra="--loss_type lk_greedy" ;;
+    lk_lambda) dir=$ROOT/$variant; extra="--loss_type lk_lambda" ;;
     two_layers*) dir=$ROOT/$variant; extra=""
       TRAIN=".venv/bin/python experiments/drafter_shape/two_layers.py train"
       EVAL=".venv/bin/python experiments/drafter_shape/two_layers.py eval" ;;

@@ -58,7 +58,7 @@ def test_push_writes_licence_and_prompt_datasets_for_any_drafter(tmp_path, monke
     meta = _front_matter(card)
     assert meta["license"] == "mit"  # the target's, read from its card
     assert meta["datasets"] == ["openai/gsm8k"] and meta["base_model"] == "org/target"
-    assert "| `oasst` | github.com/Open-Assistant/oasst-model-eval | 1 |" in card
+    assert "| `oasst` | github.com/Open-Assistant/oasst-model-eval | Apache-2.0 | 1 |" in card
     assert "pinned revision" in capsys.readouterr().out
 
     # `--dataset` and `--license` win over what the recipe's data and the target say

@@ -252,8 +252,16 @@ def test_datasets_are_the_hub_datasets_of_the_recipes_prompt_sources(tmp_path):
     card = str(render_model_card(_config(), recipe={"dataset_path": str(data), "head_rank": 72}))
     assert _front_matter(card)["datasets"] == ["openai/gsm8k", "lmarena-ai/arena-hard-auto-v0.1"]
     # every source is named in the body with its upstream, the ones without a Hub copy included
-    assert "| `oasst` | github.com/Open-Assistant/oasst-model-eval | 1 |" in card
-    assert "| `gsm8k_train` | github.com/openai/grade-school-math | 2 |" in card
+    assert "| `oasst` | github.com/Open-Assistant/oasst-model-eval | Apache-2.0 | 1 |" in card
+    assert "| `gsm8k_train` | github.com/openai/grade-school-math | MIT | 2 |" in card
+    # a source whose prompts carry a share-alike licence says so, with its upstream Hub dataset in the front matter
+    share_alike = "anicka-net/karma-electric-project:helpsteer2"
+    card = str(
+        render_model_card(_config(), recipe={"dataset_path": str(_prompt_rows(tmp_path / "sa.jsonl", [share_alike]))})
+    )
+    assert f"| `{share_alike}` | HelpSteer2, via anicka-net/karma-electric-project | CC-BY-SA-4.0 | 1 |" in card
+    assert _front_matter(card)["datasets"] == ["nvidia/HelpSteer2"]
+    assert "carry their own licences" in card
     # given datasets win; data that is not on this machine adds nothing
     card = str(render_model_card(_config(), recipe={"dataset_path": str(data)}, datasets=["org/mine"]))
     assert _front_matter(card)["datasets"] == ["org/mine"]

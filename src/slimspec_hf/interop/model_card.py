@@ -97,16 +97,41 @@ RECIPE_TRAINING_FIELDS = {
     "gradient_checkpointing",
 }
 # The prompt sources of `slimspec prepare-data` rows (their `source` field), as the card names them: the Hub
-# dataset the prompts come from (None where the prompts have no Hub copy) and the upstream repository. The prompts
-# of `shared/data/train/prompts_mix.jsonl`, which the SmolLM2 recipes regenerate, carry these names.
+# dataset the prompts come from (None where the prompts have no Hub copy), the upstream repository and the prompts'
+# licence. The prompts of `shared/data/train/prompts_mix.jsonl` and `prompts_extra_25k.jsonl`, which the SmolLM2
+# recipes regenerate, carry these names (the karma-electric rows: CC-BY-SA-4.0 as that collection declares).
+_KARMA = "via anicka-net/karma-electric-project"
 PROMPT_SOURCES = {
-    "oasst": (None, "github.com/Open-Assistant/oasst-model-eval"),
-    "arena_hard_v0.1": ("lmarena-ai/arena-hard-auto-v0.1", "github.com/lmarena/arena-hard-auto"),
-    "ultrachat_ultra_eval": (None, "github.com/thunlp/UltraChat"),
-    "self_instruct_user_oriented": ("yizhongw/self_instruct", "github.com/yizhongw/self-instruct"),
-    "gpteacher_roleplay": (None, "github.com/teknium1/GPTeacher"),
-    "gpteacher_codegen": (None, "github.com/teknium1/GPTeacher"),
-    "gsm8k_train": ("openai/gsm8k", "github.com/openai/grade-school-math"),
+    "oasst": (None, "github.com/Open-Assistant/oasst-model-eval", "Apache-2.0"),
+    "arena_hard_v0.1": ("lmarena-ai/arena-hard-auto-v0.1", "github.com/lmarena/arena-hard-auto", "Apache-2.0"),
+    "ultrachat_ultra_eval": (None, "github.com/thunlp/UltraChat", "MIT"),
+    "self_instruct_user_oriented": ("yizhongw/self_instruct", "github.com/yizhongw/self-instruct", "Apache-2.0"),
+    "gpteacher_roleplay": (None, "github.com/teknium1/GPTeacher", "MIT"),
+    "gpteacher_codegen": (None, "github.com/teknium1/GPTeacher", "MIT"),
+    "gsm8k_train": ("openai/gsm8k", "github.com/openai/grade-school-math", "MIT"),
+    "anicka-net/karma-electric-project:ultrafeedback": (
+        "openbmb/UltraFeedback",
+        f"UltraFeedback, {_KARMA}",
+        "CC-BY-SA-4.0",
+    ),
+    "anicka-net/karma-electric-project:helpsteer2": ("nvidia/HelpSteer2", f"HelpSteer2, {_KARMA}", "CC-BY-SA-4.0"),
+    "anicka-net/karma-electric-project:anthropic_helpful": (
+        "Anthropic/hh-rlhf",
+        f"hh-rlhf helpful, {_KARMA}",
+        "CC-BY-SA-4.0",
+    ),
+    "anicka-net/karma-electric-project:oasst2": ("OpenAssistant/oasst2", f"OASST2, {_KARMA}", "CC-BY-SA-4.0"),
+    "anicka-net/karma-electric-project:capybara": ("LDJnr/Capybara", f"Capybara, {_KARMA}", "CC-BY-SA-4.0"),
+    "anicka-net/karma-electric-project:dolly": ("databricks/databricks-dolly-15k", f"Dolly, {_KARMA}", "CC-BY-SA-4.0"),
+    "f/awesome-chatgpt-prompts": ("fka/awesome-chatgpt-prompts", "github.com/f/awesome-chatgpt-prompts", "CC0-1.0"),
+    "yizhongw/self-instruct": (
+        "yizhongw/self_instruct",
+        "github.com/yizhongw/self-instruct (seed tasks)",
+        "Apache-2.0",
+    ),
+    "exercism/problem-specifications": (None, "github.com/exercism/problem-specifications", "MIT"),
+    "teknium1/GPTeacher": (None, "github.com/teknium1/GPTeacher (Toolformer)", "MIT"),
+    "hendrycks/math (via MDX-0003/cs336-assignment5)": (None, "github.com/hendrycks/math (train problems)", "MIT"),
 }
 # (results key, label) of the measurement conditions shown with each result, in this order.
 RESULT_CONTEXT = (
@@ -315,7 +340,7 @@ def hub_datasets(sources: Mapping[str, int] | None) -> list[str]:
     """The Hub dataset ids of `sources` (see `PROMPT_SOURCES`), each once, in order of conversations."""
     ids = []
     for source in sources or ():
-        hub_id = PROMPT_SOURCES.get(source, (None, None))[0]
+        hub_id = PROMPT_SOURCES.get(source, (None, None, None))[0]
         if hub_id and hub_id not in ids:
             ids.append(hub_id)
     return ids
@@ -505,7 +530,8 @@ def _template_values(config: dict, recipe: dict | None, results: list[dict] | No
         "recipe_yaml": yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True).strip() if recipe else "",
         "results": [_result_row(entry, config) for entry in results or ()],
         "prompt_sources": [
-            (name, PROMPT_SOURCES.get(name, (None, None))[1], f"{count:,}") for name, count in (sources or {}).items()
+            (name, *PROMPT_SOURCES.get(name, (None, None, None))[1:], f"{count:,}")
+            for name, count in (sources or {}).items()
         ],
         **head,
     }
