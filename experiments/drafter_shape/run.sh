@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The drafter-shape comparison at equal wall-clock: each variant continues the continual run from the same folder
-# (step 253) in the same data order for SECONDS of training on one thread, then is scored teacher-forced on the
+# (a copy of the continual run folder) in the same data order for SECONDS of training on one thread, then is scored teacher-forced on the
 # held-out mix (acc_0..3 at TTT depth 4, whatever depth it trained with). `base` is the continual run itself (it
 # writes back into checkpoints/). Variant folders are made by prepare_variant.py, `two_layers*` ones by
 # two_layers.py prepare (see README.md).
