@@ -5,6 +5,7 @@ the decoder of commit 6f7fe6d (where `TargetSlots.commit` gathered); the result 
 
     OMP_NUM_THREADS=1 python experiments/decoding_core/rollback_policies.py
 """
+
 import sys
 import tempfile
 import time
@@ -29,8 +30,12 @@ torch.set_num_threads(1)
 target, tok = slimspec_hf.load_embedded_target(dtype="bfloat16")
 new = AutoModelForCausalLM.from_pretrained(embedded_drafter_dir(), dtype=target.dtype)
 folder = old_drafter_folder("2a643f1", Path(tempfile.mkdtemp()))
-old = get_class_from_dynamic_module("modeling_slimspec.SlimSpecDrafterForCausalLM", str(folder)).from_pretrained(folder, dtype=target.dtype)
+old = get_class_from_dynamic_module("modeling_slimspec.SlimSpecDrafterForCausalLM", str(folder)).from_pretrained(
+    folder, dtype=target.dtype
+)
 gather_commit = V.TargetSlots.commit
+
+
 def mask_commit(self, cache, positions, keeps):
     width = positions.shape[1]
     accepted = torch.zeros((len(keeps), width), dtype=torch.bool)
@@ -42,21 +47,30 @@ def mask_commit(self, cache, positions, keeps):
     self.contiguous = False
     self.valid = torch.cat([self.valid, accepted[:, :last]], dim=1)
     self.positions = torch.cat([self.positions, positions[:, :last].cpu()], dim=1)
+
+
 qs = list(load_questions(default_questions_path("mt_bench"), dataset="mt_bench"))
 qs = [q for i, q in enumerate(qs) if i % 10 < 3][:24]
-batches = [left_padded_batch(tok, [q["prompt"] for q in qs[i:i+4]], target.device) for i in range(0, 24, 4)]
+batches = [left_padded_batch(tok, [q["prompt"] for q in qs[i : i + 4]], target.device) for i in range(0, 24, 4)]
 systems = {"new-gather": (new, gather_commit), "new-mask": (new, mask_commit), "old": (old, None)}
 tot = {k: [0, 0.0, 0] for k in systems}
 names = list(systems)
 for i, b in enumerate(batches):
-    for name in names[i % 3:] + names[: i % 3]:
+    for name in names[i % 3 :] + names[: i % 3]:
         d, commit = systems[name]
         if commit is not None:
             V.TargetSlots.commit = commit
         t = time.perf_counter()
-        out = target.generate(**b, assistant_model=d, max_new_tokens=128, do_sample=False, pad_token_id=tok.eos_token_id)
+        out = target.generate(
+            **b, assistant_model=d, max_new_tokens=128, do_sample=False, pad_token_id=tok.eos_token_id
+        )
         dt = time.perf_counter() - t
-        r = tot[name]; r[0] += sum(new_token_counts(out, b["input_ids"].shape[1], {tok.eos_token_id})); r[1] += dt; r[2] += d.last_generation_stats.rounds
+        r = tot[name]
+        r[0] += sum(new_token_counts(out, b["input_ids"].shape[1], {tok.eos_token_id}))
+        r[1] += dt
+        r[2] += d.last_generation_stats.rounds
     print("batch", i, flush=True)
 for name, (toks, dt, rounds) in tot.items():
-    print(f"{name}: {toks} tokens, {dt:.1f} s, {toks/dt:.1f} tok/s, {rounds} row rounds, {toks/rounds:.3f} tok/row-round")
+    print(
+        f"{name}: {toks} tokens, {dt:.1f} s, {toks / dt:.1f} tok/s, {rounds} row rounds, {toks / rounds:.3f} tok/row-round"
+    )
