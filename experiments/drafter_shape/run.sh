@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The drafter-shape comparison at equal wall-clock: each variant continues the continual run from the same folder
-# (a copy of the continual run folder) in the same data order for SECONDS of training on one thread, then is scored teacher-forced on the
+# The drafter-shape comparison at equal wall-clock: each variant continues the continual run from a copy of its
+# folder in the same data order for SECONDS of training on one thread, then is scored teacher-forced on the
 # held-out mix (acc_0..3 at TTT depth 4, whatever depth it trained with). `base` is the continual run itself (it
 # writes back into checkpoints/). Variant folders are made by prepare_variant.py, `two_layers*` ones by
 # two_layers.py prepare (see README.md).
@@ -18,8 +18,6 @@ for variant in "$@"; do
     ttt6) dir=$ROOT/ttt6; extra="--ttt_steps 6" ;;
     lr12e5) dir=$ROOT/lr12e5; extra="--learning_rate 1.2e-4" ;;
     lk_greedy_kl05) dir=$ROOT/$variant; extra="--loss_type lk_greedy --lk_kl_weight 0.5" ;;
-    lk_greedy) dir=$ROOT/$variant; extra="--loss_type lk_greedy" ;;
-    lk_lambda) dir=$ROOT/$variant; extra="--loss_type lk_lambda" ;;
     two_layers*) dir=$ROOT/$variant; extra=""
       TRAIN=".venv/bin/python experiments/drafter_shape/two_layers.py train"
       EVAL=".venv/bin/python experiments/drafter_shape/two_layers.py eval" ;;

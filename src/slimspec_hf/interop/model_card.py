@@ -101,6 +101,7 @@ RECIPE_TRAINING_FIELDS = {
 # licence. The prompts of `shared/data/train/prompts_mix.jsonl` and `prompts_extra_25k.jsonl`, which the SmolLM2
 # recipes regenerate, carry these names (the karma-electric rows: CC-BY-SA-4.0 as that collection declares).
 _KARMA = "via anicka-net/karma-electric-project"
+_UNKNOWN_SOURCE = (None, None, None)  # (Hub id, upstream, licence) of a source not listed below
 PROMPT_SOURCES = {
     "oasst": (None, "github.com/Open-Assistant/oasst-model-eval", "Apache-2.0"),
     "arena_hard_v0.1": ("lmarena-ai/arena-hard-auto-v0.1", "github.com/lmarena/arena-hard-auto", "Apache-2.0"),
@@ -340,7 +341,7 @@ def hub_datasets(sources: Mapping[str, int] | None) -> list[str]:
     """The Hub dataset ids of `sources` (see `PROMPT_SOURCES`), each once, in order of conversations."""
     ids = []
     for source in sources or ():
-        hub_id = PROMPT_SOURCES.get(source, (None, None, None))[0]
+        hub_id = PROMPT_SOURCES.get(source, _UNKNOWN_SOURCE)[0]
         if hub_id and hub_id not in ids:
             ids.append(hub_id)
     return ids
@@ -530,7 +531,7 @@ def _template_values(config: dict, recipe: dict | None, results: list[dict] | No
         "recipe_yaml": yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True).strip() if recipe else "",
         "results": [_result_row(entry, config) for entry in results or ()],
         "prompt_sources": [
-            (name, *PROMPT_SOURCES.get(name, (None, None, None))[1:], f"{count:,}")
+            (name, *PROMPT_SOURCES.get(name, _UNKNOWN_SOURCE)[1:], f"{count:,}")
             for name, count in (sources or {}).items()
         ],
         **head,
