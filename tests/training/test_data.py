@@ -185,3 +185,18 @@ def test_answer_turn_by_turn_batches_each_turn_and_keeps_system_messages(embedde
     assert [m["role"] for m in conversations[0]] == ["system", "user", "assistant"]
     assert [m["content"] for m in conversations[1]] == ["One", "answer 1.0", "Two", "answer 1.1"]
     assert finish == ["stop", "length"]
+
+
+def test_an_answer_ends_at_eos_or_at_a_stop_string():
+    """A base model's plain question format ends an answer where the model asks itself the next question: the text
+    is cut before the stop string and the row counts as stopped, not cut at the token limit."""
+    from slimspec_hf.training.data import _cut_at_eos
+
+    from ..conftest import make_char_tokenizer
+
+    tokenizer = make_char_tokenizer()  # (printable ASCII only: the stop string here has no newline)
+    rows = [tokenizer.encode(text, add_special_tokens=False) for text in (" 4. Q: 3+3?", " four and", " 5. Q")]
+    rows[2].append(tokenizer.eos_token_id)
+    answers, tokens = _cut_at_eos(tokenizer, rows, {tokenizer.eos_token_id}, (" Q:",))
+    assert answers == [(" 4.", "stop"), (" four and", "length"), (" 5. Q", "stop")]
+    assert tokens == sum(len(r) for r in rows)

@@ -127,3 +127,29 @@ def test_target_last_layer_init_reproduces_the_last_layer_or_is_refused(tmp_path
         features = torch.cat([out.hidden_states[i] for i in LAYER_IDS], -1)
         state = drafter(input_ids=ids, target_features=features).hidden_states
         torch.testing.assert_close(drafter.norm(state), out.hidden_states[-1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_auto_layer_init_starts_on_the_targets_deepest_state(tmp_path, family):
+    """`layer_init="auto"` copies the target's last layer where it fits; where it does not, the layer starts as a
+    pass-through of the deepest fused target layer, and the drafter's final norm applies the target's own per-channel
+    scale (Gemma's norms store `w` for a scale of `1 + w`). Either way step 0 starts on the target's states."""
+    target = make_family_target(family)
+    backbone = getattr(target, target.base_model_prefix)
+    with torch.no_grad():  # a final norm that is not the identity, some channels scaled by less than 1
+        backbone.norm.weight.uniform_(-0.9, 3.0, generator=torch.Generator().manual_seed(5))
+    args = tiny_args(
+        tmp_path, max_steps=1, head_rank=8, head_init="svd", layer_init="auto", target_layer_ids=LAYER_IDS
+    )
+    drafter = SlimSpecTrainer(args=args, target=target, train_dataset=tiny_rows(4)).drafter
+    ones = torch.ones(1, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(drafter.norm(ones), backbone.norm(ones), atol=1e-5, rtol=1e-5)
+    ids = torch.randint(0, 128, (1, WINDOW - 1), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i] for i in LAYER_IDS], -1)
+        state = drafter(input_ids=ids, target_features=features).hidden_states
+    copied = not any("feedforward" in n or "q_norm" in n or "experts" in n for n, _ in target.named_parameters())
+    expected = out.hidden_states[-1] if copied else backbone.norm(out.hidden_states[max(LAYER_IDS)])
+    torch.testing.assert_close(drafter.norm(state), expected, atol=1e-5, rtol=1e-5)

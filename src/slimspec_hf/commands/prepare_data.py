@@ -22,7 +22,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="slimspec prepare-data",
         description="Regenerate the responses to prompts with the target (resumable: rerun to continue).",
     )
-    parser.add_argument("--target", default="embedded", help="target: Hub id, folder, .gguf, or `embedded`")
+    parser.add_argument(
+        "--target",
+        default="embedded",
+        help="target: Hub id, folder, .gguf, `embedded` (SmolLM2-135M-Instruct) or `gemma-3-270m`",
+    )
     parser.add_argument(
         "--prompts",
         required=True,
@@ -68,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
             raise CommandError(f"`--{name.replace('_', '-')}` must be ≥ 1, got {getattr(args, name)}.")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ..targets import load_target
+    from ..targets import embedded_target, is_embedded, load_target
 
     target_name = check_model_source(args.target, "--target", allow_file=True)
     prompts = load_prompts(resolve_data_file(args.prompts, "--prompts"), args.max_prompts)
     out_dir = Path(args.out)
+    # a base model answers in the plain question format and stops where it starts a question of its own
+    stop_strings = list(embedded_target(target_name).stop_strings) if is_embedded(target_name) else []
     run_config = {
         "target": args.target,
         "max_new_tokens": args.max_new_tokens,
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "dtype": args.dtype,
     }
+    if stop_strings:  # (absent for targets without them, so that earlier folders resume)
+        run_config["stop_strings"] = stop_strings
     # what both engines take from the command line
     common = {
         "max_new_tokens": args.max_new_tokens,
@@ -92,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         "max_seconds": args.max_seconds,
     }
     if args.engine == "vllm":
+        if stop_strings:
+            raise CommandError(f"`--engine vllm` does not stop at {stop_strings} yet; use `--engine transformers`.")
         stats = _regenerate_with_vllm(args, target_name, prompts, out_dir, run_config, common)
     else:
         # the target loads before anything is written to `--out`, so that a bad target leaves nothing behind
         model, tokenizer = load_target(target_name, dtype=getattr(torch, args.dtype), device=args.device)
         _check_run_config(out_dir, run_config)
-        stats = regenerate(model, tokenizer, prompts, out_dir, batch_size=args.batch_size, **common)
+        stats = regenerate(
+            model, tokenizer, prompts, out_dir, batch_size=args.batch_size, stop_strings=tuple(stop_strings), **common
+        )
     rate = stats["new_tokens"] / stats["seconds"] if stats["seconds"] else 0.0
     print(
         f"prepare-data: {stats['done']} new, {stats['skipped']} already done, {stats['too_long']} too long, "
@@ -129,7 +141,7 @@ def _regenerate_with_vllm(
         vllm_python = find_vllm_python(args.vllm_python)
     except ValueError as err:
         raise CommandError(str(err)) from None
-    target_dir = str(embedded_target_dir()) if is_embedded(target_name) else target_name
+    target_dir = str(embedded_target_dir(target_name)) if is_embedded(target_name) else target_name
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     _check_run_config(out_dir, run_config)
     try:

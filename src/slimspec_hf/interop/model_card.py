@@ -27,6 +27,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..generation_slimspec import draft_generation_config
+from ..targets import EMBEDDED_TARGETS, embedded_target, is_embedded
 from ..training.card_inputs import CARD_INPUTS_FILE, load_card_inputs, plain, recipe_dict
 from ..training.config import SlimSpecConfig, card_fields
 from ..utils import atomic_write
@@ -53,8 +54,7 @@ PLACEHOLDER_REPO = "<your-org>/<drafter-name>"
 PLACEHOLDER_REVISION = "<commit-sha>"
 # Licences of targets whose card is known here; any other target's licence is read from the Hub at push time
 # (`interop.hub.target_license`) or given with `slimspec push --license`.
-KNOWN_TARGET_LICENSES = {"HuggingFaceTB/SmolLM2-135M-Instruct": "apache-2.0"}
-EMBEDDED_ALIASES = ("embedded", "smollm2", "smollm2-135m-instruct")
+KNOWN_TARGET_LICENSES = {spec.hub_id: spec.license for spec in EMBEDDED_TARGETS.values()}
 # Recipe keys that describe the machine a run used, not the recipe: never shown in a card.
 RECIPE_LOCAL = {
     "use_cpu",
@@ -226,7 +226,7 @@ def _public_recipe(recipe: Mapping | None, target: str | None) -> dict | None:
             continue
         if key == "target_model":
             named = target or (
-                "HuggingFaceTB/SmolLM2-135M-Instruct" if str(value).lower() in EMBEDDED_ALIASES else _hub_id(value)
+                embedded_target(value).hub_id if value is not None and is_embedded(value) else _hub_id(value)
             )
             if named is None:
                 continue

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..prompt_formats import cut_at_stop
 from ..utils import atomic_write, atomic_write_json
 
 
@@ -253,30 +254,49 @@ def _generation_kwargs(tokenizer, max_new_tokens: int, temperature: float, top_p
     return gen_kwargs
 
 
-def _cut_at_eos(tokenizer, generated: list[list[int]], eos_ids: set[int]) -> tuple[list[tuple[str, str]], int]:
-    """Each generated row decoded up to its first end-of-sequence token, with its finish reason ("stop", or "length"
-    when it has none: cut at the token limit); and how many tokens the answers have (their EOS included)."""
+def _cut_at_eos(
+    tokenizer, generated: list[list[int]], eos_ids: set[int], stop_strings: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, str]], int]:
+    """Each generated row decoded up to its first end-of-sequence token or stop string (excluded), with its finish
+    reason ("stop", or "length" when it has neither: cut at the token limit); and how many tokens were generated for
+    the answers (up to their EOS or the end of the row)."""
     answers, new_tokens = [], 0
     for ids in generated:
         length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
         reason = "stop" if length is not None else "length"
         length = length or len(ids)
         new_tokens += length
-        answers.append((tokenizer.decode(ids[:length], skip_special_tokens=True), reason))
+        text = tokenizer.decode(ids[:length], skip_special_tokens=True)
+        text, stopped = cut_at_stop(text, stop_strings)
+        answers.append((text, "stop" if stopped else reason))
     return answers, new_tokens
 
 
-def _answer_batch(model, tokenizer, batch: list[dict], seed: int, gen_kwargs: dict, eos_ids: set[int], device):
+def _answer_batch(
+    model,
+    tokenizer,
+    batch: list[dict],
+    seed: int,
+    gen_kwargs: dict,
+    eos_ids: set[int],
+    device,
+    stop_strings: tuple[str, ...] = (),
+):
     """Has `model` answer `batch` turn by turn (`answer_turn_by_turn`), seeding torch with `seed + turn` before each
-    turn's `generate`. Returns the conversations, their finish reasons and how many tokens the answers have."""
+    turn's `generate`; a row stops at EOS or at a stop string (a base model's question format: see
+    `prompt_formats`). Returns the conversations, their finish reasons and how many tokens the answers have."""
     new_tokens = 0
+    if stop_strings:
+        gen_kwargs = {**gen_kwargs, "stop_strings": list(stop_strings), "tokenizer": tokenizer}
 
     def generate_turn(active, turn, texts):
         nonlocal new_tokens
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         torch.manual_seed(seed + turn)
         output = model.generate(**enc, **gen_kwargs)
-        answers, generated = _cut_at_eos(tokenizer, output[:, enc["input_ids"].shape[1] :].tolist(), eos_ids)
+        answers, generated = _cut_at_eos(
+            tokenizer, output[:, enc["input_ids"].shape[1] :].tolist(), eos_ids, stop_strings
+        )
         new_tokens += generated
         return answers
 
@@ -307,11 +327,13 @@ def regenerate(
     max_prompt_length: int | None = 2048,
     progress: bool = True,
     max_seconds: float | None = None,
+    stop_strings: tuple[str, ...] = (),
 ) -> dict:
     """Has `model` answer every prompt not yet answered under `out_dir`, appending rows to a new JSONL shard.
 
     Prompts are processed longest-first in batches of similar length (less padding), left-padded. Multi-turn
-    prompts are answered turn by turn. `max_seconds` time-boxes the run: a batch is not begun when the mean batch
+    prompts are answered turn by turn; an answer ends at EOS or at one of `stop_strings` (excluded: how a base
+    model's plain question format ends an answer, see `prompt_formats`). `max_seconds` time-boxes the run: a batch is not begun when the mean batch
     time so far would end it past the budget (the rest is left for a later run). Returns counts and throughput:
     {"done", "skipped", "new_tokens", "seconds", "too_long", "left"}. (`integrations.vllm.regenerate` is the
     same job on vLLM's continuous batching.)
@@ -342,7 +364,7 @@ def regenerate(
                 break
             batch = pending[batch_start : batch_start + batch_size]
             conversations, finish, new_tokens = _answer_batch(
-                model, tokenizer, batch, seed + batch_start, gen_kwargs, eos_ids, device
+                model, tokenizer, batch, seed + batch_start, gen_kwargs, eos_ids, device, tuple(stop_strings)
             )
             stats["new_tokens"] += new_tokens
             _append_conversations(out, batch, conversations, finish)

@@ -58,9 +58,34 @@ def initialise_layer_from_target(drafter: SlimSpecDrafterForCausalLM, target: nn
     except (ValueError, AttributeError) as error:
         if strict:
             raise ValueError(f"`layer_init='target_last_layer'`: {error}; use layer_init='random'.") from None
-        logger.info("layer_init='auto': a random decoder layer (the target's last layer does not fit: %s)", error)
+        logger.info(
+            "layer_init='auto': the target's last layer does not fit (%s); the drafter's layer starts random as a "
+            "pass-through of the target's deepest fused layer",
+            error,
+        )
+        initialise_layer_as_passthrough(drafter)
         return False
     return True
+
+
+@torch.no_grad()
+def initialise_layer_as_passthrough(drafter: SlimSpecDrafterForCausalLM) -> None:
+    """Starts a random decoder layer as the identity on the target's residual stream: `fc` passes the deepest fused
+    target layer through and the layer's two residual branches (o_proj, the MLP's down_proj) start at zero, so that at
+    step 0 the head reads the target's own deep state (a logit-lens start) instead of a random one. What `auto` does
+    where the target's last layer cannot be copied (Gemma-3's extra norms, Qwen3's q/k norms, MoE MLPs): with a target
+    whose final norm scales some channels by hundreds (Gemma-3-270M), a random start gives confident nonsense."""
+    config = drafter.config
+    width = config.hidden_size
+    if config.target_hidden_size != width:
+        return  # no block of `fc` to pass through
+    deepest = max(range(len(config.target_layer_ids)), key=lambda i: config.target_layer_ids[i])
+    drafter.fc.weight.zero_()
+    drafter.fc.weight[:, deepest * width : (deepest + 1) * width].copy_(torch.eye(width))
+    if drafter.fc.bias is not None:
+        drafter.fc.bias.zero_()
+    drafter.layer.self_attn.o_proj.weight.zero_()
+    drafter.layer.mlp.down_proj.weight.zero_()
 
 
 # The parameters of a Llama-shaped decoder layer: the ones `_copy_last_layer` has a counterpart for.
@@ -224,7 +249,16 @@ def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -
         # The head was fitted to the target's normed states: start the drafter's final norm from the target's.
         target_norm = getattr(getattr(target, target.base_model_prefix, target), "norm", None)
         if target_norm is not None and target_norm.weight.shape == drafter.norm.weight.shape:
-            drafter.norm.weight.copy_(target_norm.weight.float())
+            drafter.norm.weight.copy_(effective_norm_scale(target_norm))
+
+
+@torch.no_grad()
+def effective_norm_scale(norm: nn.Module) -> torch.Tensor:
+    """The per-channel scale an RMS norm applies, whatever its parametrisation: `w` (Llama) or `1 + w` (Gemma, whose
+    stored weights are offsets), read from the module itself as its output on a vector of ones (RMS 1), in fp32."""
+    ones = torch.ones(1, norm.weight.shape[-1], dtype=norm.weight.dtype, device=norm.weight.device)
+    eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", 0.0)) or 0.0
+    return norm(ones)[0].float() * (1.0 + eps) ** 0.5  # undo the eps in 1 / sqrt(1 + eps)
 
 
 def freeze_backbone(drafter: SlimSpecDrafterForCausalLM) -> SlimSpecDrafterForCausalLM:
