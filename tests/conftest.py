@@ -122,6 +122,35 @@ def run_without_package(script: str, tmp_path, timeout: int = 300) -> str:
     return result.stdout
 
 
+# What a user with the core install only has: the extras' packages look uninstalled (transformers asks
+# `importlib.util.find_spec`, imports fail). pyyaml stays: transformers itself requires it.
+_BLOCK_EXTRAS = """
+import importlib.abc, importlib.util, sys
+EXTRAS = {"trl", "peft", "accelerate", "datasets", "jinja2", "evaluate", "matplotlib", "gguf"}
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: (
+    None if name.split(".")[0] in EXTRAS else _find_spec(name, package)
+)
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in EXTRAS:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_with_core_only(script: str, tmp_path, timeout: int = 300):
+    """Runs `script` in a fresh Python where only the core install's packages can be imported (the extras' are
+    blocked); returns the finished process (stdout, stderr, returncode)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1", SLIMSPEC_CACHE=str(tmp_path / "c"))
+    code = _BLOCK_EXTRAS + textwrap.dedent(script)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--device",

@@ -176,3 +176,55 @@ def test_decoding_functions_are_short():
                 if length > 80:
                     long[f"{name}.{node.name}"] = length
     assert long == {}
+
+
+def test_the_core_install_loads_a_drafter_and_generates(tmp_path):
+    """With the extras' packages absent (trl, peft, accelerate, datasets, evaluate, matplotlib, gguf, jinja2), the
+    README's quick start works: a saved drafter loads with the Auto class and `generate(..., assistant_model=)` gives
+    the target's own greedy output; none of the extras was imported."""
+    from .conftest import run_with_core_only
+
+    result = run_with_core_only(
+        f"""
+        import torch, slimspec_hf
+        from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                             num_attention_heads=4, num_key_value_heads=2)
+        target = LlamaForCausalLM(config).eval()
+        drafter_config = slimspec_hf.SlimSpecDrafterConfig.from_target_config(config, target_layer_ids=[1, 3, 5])
+        slimspec_hf.SlimSpecDrafterForCausalLM(drafter_config).save_pretrained({str(tmp_path / "d")!r})
+        drafter = AutoModelForCausalLM.from_pretrained({str(tmp_path / "d")!r}).eval()
+        ids = torch.randint(0, 128, (1, 8))
+        plain = target.generate(ids, max_new_tokens=12, do_sample=False)
+        fast = target.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter, num_assistant_tokens=3)
+        assert fast.tolist() == plain.tolist()
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in EXTRAS)
+        assert not loaded, loaded
+        print("CORE-OK")
+        """,
+        tmp_path,
+    )
+    assert "CORE-OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_a_missing_extra_is_one_line_naming_the_pip_command(tmp_path):
+    from .conftest import run_with_core_only
+
+    result = run_with_core_only(
+        """
+        import sys
+        from slimspec_hf.cli import main
+        code = main(["train", "--config", "recipes/gemma-3-270m/slimspec/config_embedded_v1.yaml"])
+        print("CODE:", code)
+        code = main(["generate", "--target", "gemma-3-270m", "--drafter", "drafters/smollm2-135m-instruct-slimspec", "Hi"])
+        print("CODE:", code)
+        """,
+        tmp_path,
+    )
+    assert result.stdout.count("CODE: 2") == 2, result.stdout + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        'slimspec train: error: this needs `trl`, which is not installed: pip install "slimspec-hf[train]"',
+        'slimspec generate: error: this needs `gguf`, which is not installed: pip install "slimspec-hf[gguf]"',
+    ], result.stderr[-2000:]

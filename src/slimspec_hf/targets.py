@@ -189,6 +189,12 @@ def _dequantised_cache(spec: EmbeddedTarget) -> Path:
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
+        raise ImportError(
+            f"`target`: {spec.hub_id} is read once from a GGUF file, which needs `gguf`: "
+            'pip install "slimspec-hf[gguf]"',
+            name="gguf",
+        )
     gguf = embedded_gguf_path(spec.name)
     logger.info("Dequantising %s once into %s", gguf.name, folder)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)

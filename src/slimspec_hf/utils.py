@@ -1,5 +1,5 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""Small helpers shared by every layer: the atomic writer.
+"""Small helpers shared by every layer: the atomic writer, and the extras an optional import belongs to.
 
 A reader (another process, a resumed run, a crash) must see a file either whole or not at all: everything the
 package writes goes to a temporary file in the same folder (so the rename stays on one filesystem) and is then
@@ -13,6 +13,28 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+# The optional packages and the extra of `pip install "slimspec-hf[EXTRA]"` that installs each. The core (torch,
+# transformers, huggingface_hub, safetensors, tqdm) loads a drafter and runs `generate()`; the rest is opt-in.
+EXTRAS = {
+    "trl": "train",
+    "peft": "train",
+    "accelerate": "train",
+    "datasets": "train",
+    "jinja2": "train",
+    "evaluate": "eval",
+    "matplotlib": "eval",
+    "gguf": "gguf",
+}
+
+
+def missing_extra(err: ImportError) -> str | None:
+    """For an import of an optional package that failed, the one line that says which extra installs it; else None."""
+    name = (getattr(err, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    return f'this needs `{name}`, which is not installed: pip install "slimspec-hf[{EXTRAS[name]}]"'
 
 
 @contextlib.contextmanager

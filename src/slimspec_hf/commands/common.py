@@ -24,6 +24,7 @@ import torch
 
 from ..paths import looks_like_path
 from ..targets import DTYPE_CHOICES, is_embedded, load_target
+from ..utils import missing_extra
 
 
 DEBUG_ENV = "SLIMSPEC_DEBUG"
@@ -76,7 +77,8 @@ def run_command(prog: str, function: Callable[[list[str]], int], argv: list[str]
     except USER_ERRORS as err:
         if debug_enabled():
             raise
-        print(error_line(prog, err), file=sys.stderr)
+        hint = missing_extra(err) if isinstance(err, ImportError) else None
+        print(f"{prog}: error: {hint}" if hint else error_line(prog, err), file=sys.stderr)
         return USER_ERROR_CODE
 
 
