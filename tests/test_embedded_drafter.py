@@ -171,3 +171,15 @@ def test_shipped_remote_code_is_the_package_code():
     for name in REMOTE_CODE_FILES:
         assert (EMBEDDED_DRAFTER_DIR / name).read_text() == (PACKAGE_DIR / name).read_text(), name
     assert sorted(p.name for p in EMBEDDED_DRAFTER_DIR.glob("*.py")) == sorted(REMOTE_CODE_FILES)
+
+
+def test_every_shipped_folder_records_the_dtype_of_its_weights():
+    from slimspec_hf.paths import drafters_dir
+
+    folders = [p.parent for p in drafters_dir().glob("*/config.json")]
+    assert folders
+    names = {"BF16": "bfloat16", "F32": "float32", "F16": "float16"}
+    for folder in folders:
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            dtypes = {names[f.get_slice(k).get_dtype()] for k in f.keys()}
+        assert dtypes == {json.loads((folder / "config.json").read_text())["dtype"]}, folder

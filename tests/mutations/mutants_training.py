@@ -248,4 +248,25 @@ MUTANTS = [
         ),
         tests=("tests/training/test_continual.py::test_a_session_writes_the_folder_at_every_save_and_trains_on",),
     ),
+    Mutant(
+        name="continual run: the run folder's config records the fp32 master weights' dtype over bf16 weights",
+        edits=(Edit("training/continual.py", '        config["dtype"] = "bfloat16"', "        pass"),),
+        tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
+    ),
+    Mutant(
+        name="training init: the drafter's final norm copies Gemma's stored offsets, not the scale 1 + w they stand for",
+        edits=(
+            Edit(
+                "training/head_init.py",
+                "drafter.norm.weight.copy_(effective_norm_scale(target_norm))",
+                "drafter.norm.weight.copy_(target_norm.weight.float())",
+            ),
+        ),
+        tests=("tests/training/test_trainer_families.py::test_auto_layer_init_starts_on_the_targets_deepest_state",),
+    ),
+    Mutant(
+        name="training init: a layer that cannot be copied starts random instead of passing the target's state through",
+        edits=(Edit("training/head_init.py", "        initialise_layer_as_passthrough(drafter)\n", ""),),
+        tests=("tests/training/test_trainer_families.py::test_auto_layer_init_starts_on_the_targets_deepest_state",),
+    ),
 ]

@@ -69,6 +69,7 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     state = json.loads((folder / STATE_FILE).read_text())
     weights = load_file(folder / "model.safetensors")
     assert all(t.dtype == torch.bfloat16 for t in weights.values())
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"  # the dtype of the weights
     assert not list(folder.glob("*.py"))  # no third copy of the remote code
     card = json.loads((folder / "slimspec_card.json").read_text())  # the folder ships with its recipe on its card
     assert card["recipe"]["dataset_path"] == "tiny-rows"

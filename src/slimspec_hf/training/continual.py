@@ -149,12 +149,10 @@ def write_run_folder(folder: str | Path, drafter, state: ContinualState, recipe=
         weights = {
             name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in drafter.state_dict().items()
         }
-        dtype = drafter.config.dtype
-        drafter.config.dtype = torch.bfloat16
-        try:
-            drafter.save_pretrained(staging, state_dict=weights, safe_serialization=True)
-        finally:
-            drafter.config.dtype = dtype
+        drafter.save_pretrained(staging, state_dict=weights, safe_serialization=True)
+        config = json.loads((staging / "config.json").read_text())
+        config["dtype"] = "bfloat16"  # the weights' dtype (save_pretrained writes the fp32 master weights')
+        atomic_write_json(staging / "config.json", config)
         for code in staging.glob("*.py"):  # the remote-code copies: a run folder is loaded by the package itself
             code.unlink()
         atomic_write_json(staging / STATE_FILE, dataclasses.asdict(state))
