@@ -1,6 +1,9 @@
 """`slimspec push` writes the card's front matter (licence, datasets, base model) for any drafter folder."""
 
 import json
+import re
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
@@ -8,6 +11,9 @@ import yaml
 from slimspec_hf import cli
 
 from ..conftest import make_tiny_drafter, make_tiny_target
+
+
+SHIPPED_DRAFTER = Path(__file__).resolve().parents[2] / "drafters" / "smollm2-135m-instruct-slimspec"
 
 
 class RecordingApi:
@@ -76,3 +82,34 @@ def test_push_writes_licence_and_prompt_datasets_for_any_drafter(tmp_path, monke
     assert cli.main(argv) == 0
     meta = _front_matter(RecordingApi.commits[-1]["README.md"].decode())
     assert meta["datasets"] == ["org/mine"] and meta["license"] == "apache-2.0"
+
+
+def _draft_sentence(card: str) -> str:
+    """The card's sentence that states the draft settings ("It drafts … ;")."""
+    match = re.search(r"It drafts[^;]*;", card)
+    assert match, "the card states no draft settings"
+    return " ".join(match.group(0).split())
+
+
+def test_pushed_card_of_the_shipped_drafter_states_its_generation_config(tmp_path, monkeypatch):
+    """The card `slimspec push` uploads states the folder's generation_config.json settings (not the defaults a new
+    drafter gets), as `render_model_card(folder)` does, and generation_config.json itself is uploaded."""
+    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf.interop import hub
+    from slimspec_hf.interop.model_card import render_model_card
+
+    monkeypatch.setattr(hub, "HfApi", RecordingApi)
+    RecordingApi.commits = []
+    folder = tmp_path / "drafter"
+    shutil.copytree(SHIPPED_DRAFTER, folder)
+    settings = json.loads((folder / "generation_config.json").read_text())
+    assert settings["draft_tree_size"] > 0 and settings["draft_lookup"] is True  # not a new drafter's defaults
+    assert not DraftSettings.draft_lookup and not DraftSettings.draft_tree_size
+
+    assert cli.main(["push", str(folder), "org/smol-drafter", "--license", "apache-2.0"]) == 0
+    uploaded, card_commit = RecordingApi.commits
+    assert Path(uploaded["generation_config.json"]).read_bytes() == (folder / "generation_config.json").read_bytes()
+    sentence = _draft_sentence(card_commit["README.md"].decode())
+    assert sentence.startswith(f"It drafts a dynamic tree of {settings['draft_tree_size']} tokens per round, or,")
+    assert "hybrid prompt lookup" in sentence  # draft_lookup
+    assert sentence == _draft_sentence(str(render_model_card(folder)))

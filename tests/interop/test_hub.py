@@ -27,6 +27,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parents[1]
 RESULT_MARK = "@@SCENARIO_RESULT@@"
 DRAFTER_REPO = "org/tiny-drafter"
+SETTINGS_REPO = "org/tiny-drafter-settings"
 RESULTS = {"acceptance_length": 3.1, "rho_tau": 0.99, "speedup": 2.0, "nu": 0.2, "dataset": "Spec-Bench"}
 RECIPE = {"head_type": "low_rank", "head_rank": 4, "ttt_steps": 6, "learning_rate": 4e-4, "hub_token": "secret"}
 
@@ -109,6 +110,16 @@ def _card_summary(card) -> dict:
         "metrics": {r.metric_type: r.metric_value for r in card.data.eval_results or []},
         "pinned": (re.search(r'revision="([0-9a-f]{40})"', text) or [None, None])[1],
     }
+
+
+def _hub_json(api, repo_id: str, name: str) -> dict | None:
+    """The JSON file `name` of `repo_id` on the Hub, or None when the repo has no such file."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return json.loads(Path(api.hf_hub_download(repo_id, name)).read_text())
+    except EntryNotFoundError:
+        return None
 
 
 def _scenario_push_and_load(workdir: str) -> dict:
@@ -209,8 +220,22 @@ def _scenario_push_and_load(workdir: str) -> dict:
     out["generate_equal"] = torch.equal(greedy, spec)
     out["generate_rounds"] = drafted_by.last_generation_stats.rounds
 
-    # 8. drafter.push_to_hub: the drafter's own override, which publishes through the package (SlimSpec card)
+    # 8. a folder whose draft settings (generation_config.json) are not a new drafter's: `slimspec push` uploads them,
+    # the card states them, and the drafter loaded by repo id drafts with them
+    drafter.generation_config.num_assistant_tokens = 2
+    drafter.generation_config.draft_lookup = True
+    drafter.save_pretrained(work / "settings")
+    write_model_card(work / "settings", results=RESULTS)
+    out["settings_cli_rc"] = cli.main(["push", str(work / "settings"), SETTINGS_REPO])
+    out["settings_files"] = sorted(api.list_repo_files(SETTINGS_REPO))
+    out["settings_card"] = str(ModelCard.load(SETTINGS_REPO))
+    out["settings_on_hub"] = _hub_json(api, SETTINGS_REPO, "generation_config.json")
+    out["settings_loaded"] = AutoModelForCausalLM.from_pretrained(SETTINGS_REPO).generation_config.to_dict()
+
+    # 9. drafter.push_to_hub: the drafter's own override, which publishes through the package (SlimSpec card), with
+    # the settings above
     drafter.push_to_hub("org/tiny-drafter-transformers")
+    out["transformers_push_card"] = str(ModelCard.load("org/tiny-drafter-transformers"))
     out["transformers_push_files"] = sorted(api.list_repo_files("org/tiny-drafter-transformers"))
     config_path = api.hf_hub_download("org/tiny-drafter-transformers", "config.json")
     out["transformers_push_auto_map"] = json.loads(Path(config_path).read_text())["auto_map"]
@@ -398,6 +423,45 @@ def test_drafter_push_to_hub_publishes_the_slimspec_card(pushed):
     out, _ = pushed
     assert out["push_is_the_drafters_own"] is True  # an override on the class, nothing patched from outside
     assert "slimspec" in (out["transformers_push_card_tags"] or [])
+
+
+def _draft_sentence(card: str) -> str:
+    """The card's sentence that states the draft settings ("It drafts … ;")."""
+    match = re.search(r"It drafts[^;]*;", card)
+    assert match, "the card states no draft settings"
+    return " ".join(match.group(0).split())
+
+
+def _folder_settings(work: Path) -> dict:
+    """The pushed folder's generation_config.json, checked to differ from a new drafter's draft settings."""
+    from slimspec_hf.generation_slimspec import DraftSettings
+
+    settings = json.loads((work / "settings" / "generation_config.json").read_text())
+    assert settings["num_assistant_tokens"] != DraftSettings.num_assistant_tokens
+    assert settings["draft_lookup"] is True and DraftSettings.draft_lookup is False
+    return settings
+
+
+def test_pushed_card_states_the_folders_draft_settings(pushed):
+    """`slimspec push` and `drafter.push_to_hub`: the uploaded card states the generation_config's draft settings."""
+    out, work = pushed
+    settings = _folder_settings(work)
+    assert out["settings_cli_rc"] == 0
+    k = settings["num_assistant_tokens"]
+    for card in (out["settings_card"], out["transformers_push_card"]):
+        sentence = _draft_sentence(card)
+        assert sentence.startswith(f"It drafts {k} tokens per round, or, where the latest tokens"), sentence
+        assert "hybrid prompt lookup" in sentence  # draft_lookup
+    assert f"| k (draft tokens per round) | {k} (the drafter's default) |" in out["settings_card"]
+
+
+def test_pushed_generation_config_is_uploaded_and_loaded(pushed):
+    """generation_config.json reaches the Hub unchanged, and the drafter loaded by repo id drafts with its settings."""
+    out, work = pushed
+    settings = _folder_settings(work)
+    assert "generation_config.json" in out["settings_files"]
+    assert out["settings_on_hub"] == settings
+    assert {key: out["settings_loaded"].get(key) for key in settings} == settings
 
 
 def test_remote_code_without_the_package(pushed, hub_server, tmp_path):

@@ -5,6 +5,7 @@ read by a tiny target (the fit, the states and the resume, in process), and the 
 once with a dense-head drafter built from the shipped backbone and the target's own LM head.
 """
 
+import copy
 import json
 
 import pytest
@@ -13,9 +14,19 @@ import torch
 from slimspec_hf import cli
 from slimspec_hf.interop.convert import convert_eagle3, full_vocab_head, read_eagle3_checkpoint
 from slimspec_hf.interop.export import export_speculators
-from slimspec_hf.interop.recover import RecoverSettings, collect_head_states, fit_low_rank_head
+from slimspec_hf.interop.recover import RecoverSettings, collect_head_states, fit_low_rank_head, target_answers
 
-from ..conftest import make_tiny_drafter, make_tiny_target
+from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+
+
+PROMPTS = ["Hi", "What is the capital of France?", "Tell me a story about a dog", "ok?"]
+
+
+def _chat_tokenizer():
+    """The character tokenizer of the tiny targets with a chat template (recovery answers chat prompts)."""
+    tokenizer = make_char_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+    return tokenizer
 
 
 @pytest.fixture
@@ -83,6 +94,78 @@ def test_the_fit_beats_both_svds_and_resumes_where_it_stopped(converted, tmp_pat
     assert again["recovered"]["kl"] <= record["recovered"]["kl"] * 1.05
     assert not torch.equal(fitted, drafter.lm_head.merged_weight())
     assert json.loads((work / "fit.json").read_text())["steps"] == again["steps"]
+
+
+def test_a_resumed_fit_equals_one_that_never_stopped(converted, tmp_path):
+    """A fit stopped after 12 steps and resumed to 30 takes the same steps as one that ran 30 at once: the factors,
+    Adam's moments and the batches continue where they stopped (restarted moments would change every later step)."""
+    target, _, drafter, dense, sequences = converted
+    states = collect_head_states(drafter, target, sequences[:3], ttt_steps=2)
+
+    def settings(steps):
+        return RecoverSettings(seconds=600.0, max_steps=steps, batch_size=32, learning_rate=1e-2, dtype=torch.float32)
+
+    whole, parts = copy.deepcopy(drafter.lm_head), copy.deepcopy(drafter.lm_head)
+    assert fit_low_rank_head(whole, dense, states, settings(30), tmp_path / "whole")["steps"] == 30
+    assert fit_low_rank_head(parts, dense, states, settings(12), tmp_path / "parts")["steps"] == 12
+    stopped = parts.merged_weight().detach().clone()
+    assert fit_low_rank_head(parts, dense, states, settings(30), tmp_path / "parts")["steps"] == 30
+    assert not torch.equal(stopped, parts.merged_weight())  # the resumed call took its 18 steps
+    torch.testing.assert_close(parts.down.weight, whole.down.weight, atol=1e-6, rtol=0)
+    torch.testing.assert_close(parts.up.weight, whole.up.weight, atol=1e-6, rtol=0)
+
+
+def test_target_answers_in_a_batch_equal_each_prompt_answered_alone():
+    """Recovery's target answers, generated in a batch of prompts of different lengths where one answer ends early,
+    each equal the prompt's answer generated alone (a right-padded batch, or the padding the batch adds after an
+    answer's end-of-sequence token, would change them)."""
+    target, tokenizer, new = make_tiny_target(seed=2), _chat_tokenizer(), 12
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in PROMPTS
+    ]
+    prompt_lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    assert len(set(prompt_lengths)) == len(PROMPTS)  # every row of the batch but the longest is padded
+    first = target_answers(target, tokenizer, PROMPTS[:1], new)[0]
+    target.generation_config.eos_token_id = int(first[prompt_lengths[0] + 2])  # ends the first answer early
+    alone = [target_answers(target, tokenizer, [p], new)[0] for p in PROMPTS]
+    answer_lengths = [len(a) - n for a, n in zip(alone, prompt_lengths)]
+    assert min(answer_lengths) < new == max(answer_lengths)  # the batch pads a finished row while another goes on
+    batched = target_answers(target, tokenizer, PROMPTS, new, batch_size=len(PROMPTS))
+    for prompt, one, together in zip(PROMPTS, alone, batched):
+        assert torch.equal(together, one), f"{prompt!r}: batched {together.tolist()} != alone {one.tolist()}"
+
+
+def test_convert_recover_fits_the_source_head_not_the_targets(converted, tmp_path):
+    """`slimspec convert --recover` with a source whose dense head disagrees with the target's LM head: on the
+    drafter's own states, the recovered head's top-1 tokens agree with the source head's at least 0.25 more often
+    than with the target head's (a fit to the target's head reverses that)."""
+    target, source, _, dense, _ = converted
+    folder = export_speculators(source, tmp_path / "cli-source")
+    target.save_pretrained(tmp_path / "target")
+    _chat_tokenizer().save_pretrained(tmp_path / "target")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"turns": [p]}) + "\n" for p in PROMPTS))
+    out = tmp_path / "slim"
+    argv = ["convert", "--from", "eagle3", str(folder), "--target", str(tmp_path / "target"), "--out", str(out)]
+    argv += ["--rank", "8", "--recover", "--prompts", str(prompts), "--recover-seconds", "1"]
+    assert cli.main(argv) == 0
+    from safetensors.torch import load_file
+
+    from slimspec_hf import SlimSpecDrafterForCausalLM
+
+    states = load_file(str(tmp_path / "slim.recover" / "states.safetensors"))["states"]  # the head's inputs
+    recovered = SlimSpecDrafterForCausalLM.from_pretrained(out, dtype=torch.float32).lm_head.merged_weight().detach()
+    target_head = target.get_output_embeddings().weight.detach().float()
+
+    def agreement(a, b):
+        return float(((states @ a.T).argmax(-1) == (states @ b.T).argmax(-1)).float().mean())
+
+    assert agreement(dense, target_head) < 0.1  # two teachers that disagree: the test tells which one was fitted
+    assert agreement(recovered, dense) >= agreement(recovered, target_head) + 0.25, (
+        f"top-1 agreement of the recovered head with the source head {agreement(recovered, dense):.3f}, with the "
+        f"target's {agreement(recovered, target_head):.3f}"
+    )
 
 
 @pytest.mark.integration

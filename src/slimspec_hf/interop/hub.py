@@ -166,8 +166,10 @@ def push_folder(
     stored = load_card_inputs(folder)
     card_inputs = {key: value if value is not None else stored.get(key) for key, value in card_values.items()}
     card_inputs["license"] = license or stored.get("license") or target_license(config, token=token)
+    # The card is rendered from the folder, not from `config`: the folder's generation_config.json holds the draft
+    # settings the card states (and that a drafter loaded from the Hub uses).
     if update_card:  # validate the inputs before anything is uploaded
-        render_model_card(config, repo_id=repo_id, tags=tags, **card_inputs)
+        render_model_card(folder, repo_id=repo_id, tags=tags, **card_inputs)
 
     api = HfApi(token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -179,7 +181,7 @@ def push_folder(
     # Pin the commit that holds this code and these weights: the one just made, or, if nothing changed, the one
     # the published card already pins (so re-pushing an unchanged folder makes no commit at all).
     pinned = info.oid if info.oid != head_before else (_remote_pinned_revision(api, repo_id, branch) or info.oid)
-    card = render_model_card(config, repo_id=repo_id, revision=pinned, tags=tags, **card_inputs)
+    card = render_model_card(folder, repo_id=repo_id, revision=pinned, tags=tags, **card_inputs)
     card_info = api.create_commit(
         repo_id,
         [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode("utf-8"))],
@@ -227,12 +229,14 @@ def push_to_hub(
 ):
     """Publishes a SlimSpec drafter folder (or a drafter) to the Hub repo `repo_id` and returns the last CommitInfo.
 
-    Uploads the weights (safetensors), `config.json` with `auto_map`, `configuration_slimspec.py` and
-    `modeling_slimspec.py` and their siblings (`REMOTE_CODE_FILES`, added from the installed package when the folder lacks them), and the model card. The
-    card is rendered from the folder's recorded inputs (`slimspec_card.json`, written by [`write_model_card`]),
-    overridden by `recipe=`, `results=`, `datasets=`, and pins the commit holding this code and these weights in its
-    `trust_remote_code=True` snippet; that takes a second, card-only commit. Re-pushing an unchanged folder makes
-    no commit. Optimizer states, trainer logs and pickles are never uploaded.
+    Uploads the weights (safetensors), `config.json` with `auto_map`, `generation_config.json` (the draft settings
+    a drafter loaded from the Hub uses), `configuration_slimspec.py` and `modeling_slimspec.py` and their siblings
+    (`REMOTE_CODE_FILES`, added from the installed package when the folder lacks them), and the model card. The
+    card states the folder's draft settings (its generation_config.json), is rendered from its recorded inputs
+    (`slimspec_card.json`, written by [`write_model_card`]) overridden by `recipe=`, `results=`, `datasets=`, and
+    pins the commit holding this code and these weights in its `trust_remote_code=True` snippet; that takes a second,
+    card-only commit. Re-pushing an unchanged folder makes no commit. Optimizer states, trainer logs and pickles are
+    never uploaded.
 
     Args:
         model_dir: a folder written by `save_pretrained` (or the trainer), or a drafter (saved to a temp folder).

@@ -145,6 +145,8 @@ RESULT_CONTEXT = (
     ("hardware", "hardware"),
 )
 LEGACY_RESULT_KEYS = {"num_speculative_tokens": "num_assistant_tokens"}  # earlier releases' results key: today's
+# The draft settings the card states, read from the drafter's generation_config (else its defaults).
+CARD_DRAFT_SETTINGS = ("num_assistant_tokens", "draft_lookup", "draft_tree_size")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -172,6 +174,8 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
         config = model_dir_or_config.to_dict()
     elif isinstance(model_dir_or_config, Mapping):
         config = dict(model_dir_or_config)
+        # a dict that holds draft settings (one this function returned) keeps them: reading it again changes nothing
+        settings = {key: config[key] for key in CARD_DRAFT_SETTINGS if key in config}
     elif isinstance(model_dir_or_config, (str, os.PathLike)):
         folder = Path(model_dir_or_config)
         path = folder / "config.json" if folder.is_dir() else folder

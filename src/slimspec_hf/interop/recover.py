@@ -43,6 +43,7 @@ class RecoverSettings:
     """How `convert --recover` fits the head (the CLI's `--recover-*` options)."""
 
     seconds: float = 1800.0  # wall-clock budget of the fit (states are collected before it starts)
+    max_steps: int | None = None  # stop once the fit (resumes included) has taken this many steps; None: no limit
     num_prompts: int = 200
     max_new_tokens: int = 128
     ttt_steps: int = 4  # drafting steps whose states are collected
@@ -67,21 +68,30 @@ def default_prompts(limit: int) -> list[str]:
 
 @torch.no_grad()
 def target_answers(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 8, progress=None):
-    """Each prompt (chat template) followed by the target's greedy answer, as 1-D token ids without padding."""
-    tokenizer.padding_side = "left"
+    """Each prompt (chat template) followed by the target's greedy answer, as 1-D token ids without padding: in a
+    batch, each the same as the prompt answered alone (padded on the left, where a causal model's answer does not
+    see the padding, and cut after its first end-of-sequence token, where the batch pads the rows still going)."""
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = next(target.parameters()).device
+    eos = target.generation_config.eos_token_id
+    eos_ids = torch.tensor([] if eos is None else [eos] if isinstance(eos, int) else list(eos), dtype=torch.long)
     sequences = []
     for start in range(0, len(prompts), batch_size):
         texts = [
             tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
             for p in prompts[start : start + batch_size]
         ]
-        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        batch = batch.to(device)
         out = target.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
-        keep = torch.cat([batch["attention_mask"], torch.ones_like(out[:, batch["input_ids"].shape[1] :])], dim=1)
-        sequences += [row[mask.bool()].cpu() for row, mask in zip(out, keep)]
+        width = batch["input_ids"].shape[1]
+        for row, mask in zip(out, batch["attention_mask"]):
+            answer = row[width:]
+            ends = torch.isin(answer, eos_ids.to(answer.device)).nonzero()
+            if ends.numel():
+                answer = answer[: int(ends[0, 0]) + 1]
+            sequences.append(torch.cat([row[:width][mask.bool()], answer]).cpu())
         if progress is not None:
             progress.update(len(texts))
     return sequences
@@ -137,9 +147,11 @@ def fit_low_rank_head(
     work: Path,
     progress=None,
 ) -> dict:
-    """Fits `head`'s factors to the dense `teacher_w` (V, d) on `states` (N, d) for `settings.seconds`, resuming
-    from `work` (and saving there every minute and at the end). Returns the fit's record: steps, seconds, and KL and
-    top-1 agreement on the held-out states for the SVD start, the activation-aware start and the fitted head."""
+    """Fits `head`'s factors to the dense `teacher_w` (V, d) on `states` (N, d) for `settings.seconds` (or up to
+    `settings.max_steps` steps in all), resuming from `work` (and saving there every minute and at the end): the
+    factors, Adam's moments and the batch sampler's state, so that a fit stopped and resumed takes the same steps as
+    one that never stopped. Returns the fit's record: steps, seconds, and KL and top-1 agreement on the held-out
+    states for the SVD start, the activation-aware start and the fitted head."""
     generator = torch.Generator().manual_seed(settings.seed)
     order = torch.randperm(states.shape[0], generator=generator)
     held = order[: max(1, int(HELD_OUT * states.shape[0]))]
@@ -157,6 +169,8 @@ def fit_low_rank_head(
         down.data.copy_(saved["down"])
         up.data.copy_(saved["up"])
         optimizer.load_state_dict(_adam_state(optimizer, saved, record["adam_step"]))
+        if "generator" in saved:  # the batches continue where the last call's ended (fits saved before: reseeded)
+            generator.set_state(saved["generator"])
     else:
         svd = evaluate_head(teacher_w, head.down.weight, head.up.weight, states[held])
         start_down, start_up = activation_aware_factors(teacher_w.double(), second_moment(states[fit]), head.rank)
@@ -166,7 +180,8 @@ def fit_low_rank_head(
         record = {"steps": 0, "seconds": 0.0, "adam_step": 0, "svd": svd, "activation_svd": aware}
     started, last_save = time.perf_counter(), time.perf_counter()
     spent = record["seconds"]
-    while time.perf_counter() - started < settings.seconds:
+    limit = math.inf if settings.max_steps is None else settings.max_steps
+    while time.perf_counter() - started < settings.seconds and record["steps"] < limit:
         batch = fit[torch.randint(0, fit.numel(), (settings.batch_size,), generator=generator)]
         kl, _ = _kl_and_agreement(teacher_w, down, up, states[batch], settings.dtype)
         optimizer.zero_grad(set_to_none=True)
@@ -178,22 +193,22 @@ def fit_low_rank_head(
             progress.update(1)
         if time.perf_counter() - last_save > 60:
             record["seconds"] = spent + time.perf_counter() - started
-            _save_fit(work, down, up, optimizer, record)
+            _save_fit(work, down, up, optimizer, generator, record)
             last_save = time.perf_counter()
     record["seconds"] = spent + time.perf_counter() - started
     record["recovered"] = evaluate_head(teacher_w, down, up, states[held])
-    _save_fit(work, down, up, optimizer, record)
+    _save_fit(work, down, up, optimizer, generator, record)
     with torch.no_grad():
         head.down.weight.copy_(down.to(head.down.weight.dtype))
         head.up.weight.copy_(up.to(head.up.weight.dtype))
     return record
 
 
-def _save_fit(work: Path, down, up, optimizer, record: dict) -> None:
+def _save_fit(work: Path, down, up, optimizer, generator: torch.Generator, record: dict) -> None:
     from safetensors.torch import save_file
 
     state = optimizer.state
-    tensors = {"down": down.detach(), "up": up.detach()}
+    tensors = {"down": down.detach(), "up": up.detach(), "generator": generator.get_state()}
     for name, param in (("down", down), ("up", up)):
         if param in state:
             tensors[f"{name}.exp_avg"] = state[param]["exp_avg"]
@@ -236,6 +251,8 @@ def recover(
         raise ValueError(f"--recover fits a low-rank head; this drafter's head is {drafter.config.head_type!r}.")
     if settings.seconds <= 0 or not math.isfinite(settings.seconds):
         raise ValueError(f"`--recover-seconds` must be a positive number of seconds, got {settings.seconds!r}.")
+    if settings.max_steps is not None and settings.max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive number of steps or None, got {settings.max_steps!r}.")
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     states_path = work / STATES_FILE
