@@ -20,7 +20,7 @@ budget, and writes everything into one folder:
 Files (at most eight, so that the folder travels light): summary.md (every table), summary.json (the
 environment, each step's status and parsed results), tests.json, bench_head.json, bench.json (the raw
 outputs, bench_batch.json), logs.txt (each step's command and output tail). The same code runs on the CPU with tiny
-settings in the tests (`tests/evaluation/test_gpu_check.py`).
+settings in the tests (`tests/scripts/test_gpu_check.py`).
 """
 
 import argparse

@@ -1,5 +1,6 @@
 """`scripts/gpu_check.py` on the CPU with tiny settings: the folder a lent GPU machine sends back, its files and
-keys; each step's time box; the shell script that wraps it parses."""
+keys; each step's time box; the shell script that wraps it parses. Lab tooling, not the package: these run with
+`make test-slow`, not in `make test`."""
 
 import importlib.util
 import json
@@ -9,6 +10,9 @@ import sys
 import pytest
 
 from ..conftest import REPO_ROOT, SHARED_DATA
+
+
+pytestmark = pytest.mark.slow
 
 
 def _load_script():
