@@ -164,13 +164,14 @@ def test_bad_arguments_name_the_parameter(tmp_path):
         )
 
 
-def test_cpu_chunks_stay_under_the_mmap_threshold():
+def test_cpu_chunks_stay_under_the_mmap_threshold_but_keep_64_rows():
     from slimspec_hf.training.losses import effective_chunk_size
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert effective_chunk_size(256, 49152, cpu) == 85  # 85 rows × 49,152 fp32 ≤ 16 MiB
     assert effective_chunk_size(32, 49152, cpu) == 32
-    assert effective_chunk_size(256, 10**8, cpu) == 1
+    assert effective_chunk_size(256, 262144, cpu) == 64  # Gemma-3: 16 rows would fit; a chunk keeps 64
+    assert effective_chunk_size(16, 262144, cpu) == 16
     assert effective_chunk_size(256, 49152, cuda) == 256
 
 
