@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from slimspec_hf import decoding_slimspec
 from slimspec_hf.decoding_slimspec import RoundPlan, SpeculativeDecoder, TargetLogits, accept, lookup_tree
@@ -67,9 +68,26 @@ def target_logits(context: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(logits.tolist())
 
 
+# What `generate(do_sample=True, temperature=0.7, top_k=3, top_p=0.9)` builds, in generate()'s order; each one changes
+# the rounds' distribution when skipped below the root (`test_a_warper_skipped_below_the_root_is_seen`).
+WARPERS = {
+    "temperature": lambda: TemperatureLogitsWarper(0.7),
+    "top_k": lambda: TopKLogitsWarper(3),
+    "top_p": lambda: TopPLogitsWarper(0.9),
+}
+
+
+def warpers() -> LogitsProcessing:
+    return LogitsProcessing(LogitsProcessorList([make() for make in WARPERS.values()]))
+
+
 @functools.cache
-def target_probs(context: tuple[int, ...]) -> tuple[float, ...]:
-    return tuple(torch.tensor(target_logits(context), dtype=torch.float64).softmax(-1).tolist())
+def target_probs(context: tuple[int, ...], warped: bool = False) -> tuple[float, ...]:
+    """p after `context`: softmax of `target_logits`, or of the logits through every warper of `WARPERS`."""
+    logits = _f64([target_logits(context)])
+    if warped:
+        logits = warpers()(torch.tensor([context]), logits)  # in fp64: `_f64` stays fp64 through `.float()`
+    return tuple(logits[0].softmax(-1).tolist())
 
 
 @functools.cache
@@ -83,41 +101,54 @@ def drafter_logits(context: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(logits.tolist())
 
 
+def real(seq: DecodingSequence) -> list[int]:
+    """A row's tokens without its left padding."""
+    return seq.ids[0][seq.key_mask].tolist()
+
+
 class TableState:
     """A drafter state whose level forwards return `drafter_logits` of each node's context."""
 
     def forward_level(self, seqs, rows, trees, frontiers, level):
         return [
-            _f64([drafter_logits(tuple(seq.ids[0].tolist() + tree.path_tokens(node))) for node in frontier])
+            _f64([drafter_logits(tuple(real(seq) + tree.path_tokens(node))) for node in frontier])
             for seq, tree, frontier in zip(seqs, trees, frontiers)
         ]  # (F, V) per row
 
 
 class TableDrafter(TreeDrafter):
-    """The package's tree drafting (`draft`, `expand`, `keep`) over a drafter whose logits are `drafter_logits`."""
+    """The package's tree drafting (`draft`, `expand`, `keep`) over a drafter whose logits are `drafter_logits`, its
+    q processed by `processing` (the call's logits processors) as the decoder processes it."""
 
-    def __init__(self, shape: TreeShape):
-        super().__init__(TableState(), shape, LogitsProcessing(None), do_sample=True, eos_ids=set())
+    def __init__(self, shape: TreeShape, processing: LogitsProcessing | None = None):
+        processing = processing or LogitsProcessing(None)
+        super().__init__(TableState(), shape, processing, do_sample=True, eos_ids=set())
 
     def round_tree(self, seq: DecodingSequence):
-        root_logits = _f64([drafter_logits(tuple(seq.ids[0].tolist()))])  # (1, V)
-        return self.draft([seq], [0], root_logits, [None], [self.shape.depth])[0]
+        return self.round_trees([seq])[0]
+
+    def round_trees(self, seqs: list[DecodingSequence]):
+        """The rows' trees, drafted together as the decoder drafts a batch (one `draft` call)."""
+        root_logits = _f64([drafter_logits(tuple(real(seq))) for seq in seqs])  # (B, V)
+        return self.draft(
+            seqs, list(range(len(seqs))), root_logits, [None] * len(seqs), [self.shape.depth] * len(seqs)
+        )
 
 
 def verify(seq: DecodingSequence, tree) -> TargetLogits:
     """The target's logits of the root and every kept node (what one verification forward returns)."""
-    context = seq.ids[0].tolist()
+    context = real(seq)
     rows = [target_logits(tuple(context + tree.path_tokens(n))) for n in [ROOT, *tree.kept]]
     return TargetLogits(tree, None, None, _f64([rows]))  # (1, 1 + kept, V)
 
 
-def target_joint(context, length: int) -> dict[tuple[int, ...], float]:
-    """The target's exact distribution of its next `length` tokens."""
+def target_joint(context, length: int, warped: bool = False) -> dict[tuple[int, ...], float]:
+    """The target's exact distribution of its next `length` tokens (each drawn from the warped p with `warped`)."""
     joint = {}
     for tokens in itertools.product(range(V), repeat=length):
         probability = 1.0
         for i, token in enumerate(tokens):
-            probability *= target_probs(tuple(context) + tokens[:i])[token]
+            probability *= target_probs(tuple(context) + tokens[:i], warped)[token]
             if probability == 0:
                 break
         joint[tokens] = probability
@@ -225,16 +256,17 @@ def enumerated_draws(monkeypatch) -> Draws:
 # -- a round and its exact distribution ------------------------------------------------------------------------
 
 
-def round_outcomes(draws: Draws, context: list[int], build_tree):
-    """Every outcome of one round from `context` (the tree `build_tree(seq)`, verified and walked): yields its
-    probability, the tokens it emits and what happened (for the tests to check their cases were exercised)."""
+def round_outcomes(draws: Draws, context: list[int], build_tree, processing: LogitsProcessing | None = None):
+    """Every outcome of one round from `context` (the tree `build_tree(seq)`, verified and walked with the call's
+    `processing`): yields its probability, the tokens it emits and what happened (for the tests to check their cases
+    were exercised)."""
     seq = DecodingSequence(torch.tensor([context]), None)
     for drafting in draws.outcomes():
         tree = build_tree(seq)
         logits = verify(seq, tree)
         drafted = drafting.probability
         for walk in draws.outcomes():
-            acceptance = accept(tree, logits, seq, LogitsProcessing(None), do_sample=True)
+            acceptance = accept(tree, logits, seq, processing or LogitsProcessing(None), do_sample=True)
             tokens = [tree.tokens[n] for n in acceptance.path] + [acceptance.token]
             yield drafted * walk.probability, tokens, round_events(tree, acceptance, tokens)
 
@@ -259,19 +291,21 @@ def round_events(tree, acceptance, tokens) -> dict[str, bool]:
     }
 
 
-def exact_distribution(draws: Draws, context: list[int], length: int, build_tree, rounds: int = 1):
+def exact_distribution(draws: Draws, context: list[int], length: int, build_tree, rounds: int = 1, processing=None):
     """The exact distribution of the next `length` tokens when up to `rounds` rounds (each from the tokens so far)
-    emit them and the target continues, and the probability of each event of the first round."""
+    emit them and the target continues, and the probability of each event of the first round. With `processing`
+    (`warpers()`) the rounds walk with it and the target continues from its warped p."""
     joint: dict[tuple[int, ...], float] = {}
     events: dict[str, float] = {}
+    warped = processing is not None
 
     def emit(context, emitted, probability, rounds_left):
         if len(emitted) >= length or rounds_left == 0:
             prefix = tuple(emitted[:length])
-            for rest, p_rest in target_joint(context, length - len(prefix)).items():  # the target continues
+            for rest, p_rest in target_joint(context, length - len(prefix), warped).items():  # the target continues
                 joint[prefix + rest] = joint.get(prefix + rest, 0.0) + probability * p_rest
             return
-        for p_round, tokens, happened in round_outcomes(draws, context, build_tree):
+        for p_round, tokens, happened in round_outcomes(draws, context, build_tree, processing):
             if not emitted:
                 for name, value in happened.items():
                     events[name] = events.get(name, 0.0) + probability * p_round * value
@@ -281,8 +315,8 @@ def exact_distribution(draws: Draws, context: list[int], length: int, build_tree
     return joint, events
 
 
-def assert_lossless(joint: dict, context: list[int], length: int) -> None:
-    expected = target_joint(context, length)
+def assert_lossless(joint: dict, context: list[int], length: int, warped: bool = False) -> None:
+    expected = target_joint(context, length, warped)
     assert abs(sum(joint.values()) - 1.0) < EXACT
     worst = max(abs(joint.get(tokens, 0.0) - p) for tokens, p in expected.items())
     assert worst < EXACT, (
@@ -462,3 +496,82 @@ def test_the_enumeration_sees_a_rule_that_is_wrong(draws, monkeypatch):
     drafter = TableDrafter(TreeShape(size=1, depth=1, top_k=3))
     joint, _ = exact_distribution(draws, list(PROMPT), 2, drafter.round_tree)
     assert _tv(joint, target_joint(list(PROMPT), 2)) > 1e-3
+
+
+# -- the call's logits processors (temperature, top-k, top-p), applied at every depth ---------------------------
+
+
+def _warped_round(shape: str, processing: LogitsProcessing):
+    """(build_tree, length) of a round whose q is warped as the decoder warps it: a chain of 3, a tree of two levels
+    (repeated and pruned draws), or that tree with a lookup match the drafter disagrees with as a branch of its own."""
+    if shape == "chain":
+        return TableDrafter(TreeShape(size=3, depth=3, top_k=1), processing).round_tree, 4
+    drafter = TableDrafter(TreeShape(size=3, depth=2, top_k=2), processing)
+    if shape == "tree":
+        return drafter.round_tree, 3
+    probs = target_probs(PROMPT, warped=True)
+    first = sorted(range(V), key=lambda t: -probs[t])[1]  # the warped target's runner-up: accepted, or rejected
+    second = max(range(V), key=lambda t: target_probs((*PROMPT, first), warped=True)[t])
+    assert first != int(torch.tensor(drafter_logits(PROMPT)).argmax())  # a branch beside the drafter's draws
+    match = LookupMatch([first, second], ngram=1)
+    return lambda seq: _decoder_graft(seq, drafter.round_tree(seq), match, branch_ngram=1), 3
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree", "lookup branch"])
+def test_temperature_top_k_and_top_p_apply_at_every_depth(draws, shape):
+    """`do_sample=True, temperature=0.7, top_k=3, top_p=0.9`: the drafter's q and the target's p are warped at the root
+    and at every drafted depth, so the round's tokens are jointly the warped target's. Each warper changes the
+    target's p after most contexts here: skipping any one below the root is off by far more than 1e-12
+    (`test_a_warper_skipped_below_the_root_is_seen`)."""
+    build, length = _warped_round(shape, warpers())
+    joint, events = exact_distribution(draws, list(PROMPT), length, build, processing=warpers())
+    assert_lossless(joint, list(PROMPT), length, warped=True)
+    assert events["depth 2+"] > 0.1 and events["bonus"] > 0.05, events
+    if shape == "lookup branch":
+        assert events["lookup rejected"] > 0.2, events
+
+
+def test_temperature_top_k_and_top_p_apply_at_every_depth_in_a_left_padded_batch(draws):
+    """Two rows drafted in one `draft` call, the shorter left-padded (the processors read its padding), each walked
+    with the warpers: each row's chain of 3 emits the warped target's next 4 tokens of its own prompt."""
+    prompts = [(2, *PROMPT), PROMPT]  # the second row: one pad in front
+    ids, mask = torch.zeros((2, 7), dtype=torch.long), torch.zeros((2, 7), dtype=torch.long)
+    for b, prompt in enumerate(prompts):
+        ids[b, 7 - len(prompt) :], mask[b, 7 - len(prompt) :] = torch.tensor(prompt), 1
+    seqs = [DecodingSequence(ids[b : b + 1], mask[b : b + 1]) for b in range(2)]
+    drafter = TableDrafter(TreeShape(size=3, depth=3, top_k=1), warpers())
+    joints: list[dict] = [{}, {}]
+    deep = [0.0, 0.0]
+    for drafting in draws.outcomes():
+        trees = drafter.round_trees(seqs)
+        for b, (seq, tree) in enumerate(zip(seqs, trees)):
+            logits = verify(seq, tree)
+            for walk in draws.outcomes():
+                acceptance = accept(tree, logits, seq, warpers(), do_sample=True)
+                tokens = tuple([tree.tokens[n] for n in acceptance.path] + [acceptance.token])
+                probability = drafting.probability * walk.probability
+                deep[b] += probability * (len(acceptance.path) >= 2)
+                for rest, p_rest in target_joint(real(seq) + list(tokens), 4 - len(tokens), warped=True).items():
+                    joints[b][tokens + rest] = joints[b].get(tokens + rest, 0.0) + probability * p_rest
+    for b, prompt in enumerate(prompts):
+        assert_lossless(joints[b], list(prompt), 4, warped=True)
+    assert min(deep) > 0.1, deep
+
+
+@pytest.mark.parametrize("skipped", list(WARPERS))
+def test_a_warper_skipped_below_the_root_is_seen(draws, monkeypatch, skipped):
+    """The tests above have teeth: the target's p (and the drafter's q) below the root computed without one warper
+    makes every shape's round off by far more than 1e-12."""
+    call = LogitsProcessing.__call__
+
+    def without_below_the_root(self, ids, logits):
+        if self.processors is not None and ids.shape[1] > len(PROMPT):  # a drafted depth ≥ 1
+            kept = [p for p in self.processors if not isinstance(p, type(WARPERS[skipped]()))]
+            return call(LogitsProcessing(LogitsProcessorList(kept)), ids, logits)
+        return call(self, ids, logits)
+
+    monkeypatch.setattr(LogitsProcessing, "__call__", without_below_the_root)
+    for shape in ("chain", "tree", "lookup branch"):
+        build, length = _warped_round(shape, warpers())
+        joint, _ = exact_distribution(draws, list(PROMPT), length, build, processing=warpers())
+        assert _tv(joint, target_joint(list(PROMPT), length, warped=True)) > 1e-3, shape

@@ -74,10 +74,12 @@ def test_batched_greedy_equals_plain_batched_greedy_for_every_family(family):
 def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(mode, monkeypatch):
     """Rows of a live target stop at different rounds (EOS accepted inside a round, or the length limit) and are
     padded as transformers pads; a drafter right at most positions makes each row accept and reject deep drafts
-    (per-row rollback of the shared cache), and every row's drafter state after a commit equals a fresh one's."""
+    (per-row rollback of the shared cache); every row's drafter state after a commit, and every tree level's states
+    and logits of every row, equal an unpadded, cacheless recompute of that row alone (padded rows' drafts depend
+    on neither the padding nor the other rows)."""
     target = make_live_target(eos_token_id=LIVE_EOS)
     drafter = make_oracle_drafter(target)
-    watch = DraftWatch(monkeypatch)
+    watch = DraftWatch(monkeypatch, levels=True)
     draft = {"chain-1": dict(num_assistant_tokens=1), "chain-3": dict(num_assistant_tokens=3)}.get(
         mode, dict(draft_tree_size=8, draft_tree_depth=3, draft_tree_top_k=3)
     )
@@ -94,6 +96,7 @@ def test_batched_greedy_with_eos_inside_a_round_and_the_length_boundary(mode, mo
         saw_eos_row |= bool(((plain == LIVE_EOS).any(-1) & (plain[:, -1] == 0)).any())
         watch.check(target, drafter)
     assert saw_eos_row  # a row ended with EOS before the others and was padded
+    assert mode == "chain-1" or watch.checked_levels > 30, watch.checked_levels  # a chain of 1 has no level
     total = SlimSpecGenerationStats.combined(rounds)
     assert_deep_drafts_accepted_and_rejected(total, depth=1 if mode == "chain-1" else 3)
 
@@ -171,8 +174,9 @@ def test_batched_return_dict_pipeline_and_clear_refusals():
     settings = dict(max_new_tokens=6, pad_token_id=1, do_sample=False, return_dict_in_generate=True)
     plain = target.generate(ids, attention_mask=mask, **settings)
     out = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
-    assert type(out) is type(plain)
+    assert isinstance(out, type(plain))  # transformers' output, with the call's statistics as one field more
     assert out.sequences.tolist() == plain.sequences.tolist()
+    assert out.slimspec_stats is drafter.last_generation_stats and len(out.slimspec_stats.per_row) == 2
     # no scores, logits, attentions or hidden states were asked for: None, as in plain decoding (asking is refused)
     for name in ("scores", "logits", "attentions", "hidden_states"):
         assert getattr(out, name) is None and getattr(plain, name) is None, name

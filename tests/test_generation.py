@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import warnings
 
 import pytest
@@ -148,17 +149,52 @@ def fresh_drafter_state(target, drafter, ids: list[int]) -> torch.Tensor:
     return out.hidden_states[0, -1]
 
 
+class FreshLevels:
+    """The drafter's state (d,) and logits (V,) at the last node of a tree `path` drafted below the last token of
+    `ids`, from scratch and without a cache: one target forward over `ids` for the features, then one drafter forward
+    over every committed position (the target's features) and the path (each node fed its parent's state, computed
+    the same way), at positions 0, 1, ... (no padding). Remembers the features and states it computed."""
+
+    def __init__(self, target, drafter):
+        self.target, self.drafter = target, drafter
+        self.features: dict[tuple, torch.Tensor] = {}  # ids -> the fused target features (1, n - 1, d)
+        self.states: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (ids, path) -> (state, logits)
+
+    @torch.no_grad()
+    def __call__(self, ids: list[int], path: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (tuple(ids), tuple(path))
+        if key in self.states:
+            return self.states[key]
+        tokens = torch.tensor([ids])
+        if key[0] not in self.features:
+            hidden = self.target(tokens, output_hidden_states=True).hidden_states
+            layers = torch.cat([hidden[i] for i in self.drafter.config.target_layer_ids], dim=-1)
+            self.features[key[0]] = self.drafter.fuse(layers[:, :-1])
+        fed = [self(ids, path[:depth])[0][None, None] for depth in range(len(path))]  # each node's parent's state
+        inputs = torch.cat([tokens[:, 1:], torch.tensor([path], dtype=torch.long).view(1, -1)], dim=-1)
+        states = torch.cat([self.features[key[0]], *fed], dim=1)  # (1, n - 1 + depth, d)
+        out = self.drafter(input_ids=inputs, hidden_states=states, position_ids=torch.arange(inputs.shape[1])[None])
+        self.states[key] = out.hidden_states[0, -1], out.logits[0, -1]
+        return self.states[key]
+
+
 class DraftWatch:
     """Watches every round of the `generate()` calls it is installed for (batch 1 or batched): the drafter's state
     after each commit of accepted positions (`check` compares it with `fresh_drafter_state`: a drafter cache that
-    kept drafted positions, or took the features of the wrong rows, changes only the acceptance, never the output)
-    and the deepest node each round verifies (never past the length limit)."""
+    kept drafted positions, or took the features of the wrong rows, changes only the acceptance, never the output),
+    with `levels` every tree level's states and logits of every row (compared with `FreshLevels`: a level
+    that attends to padding or counts it in its positions changes only the drafts), and the deepest node each round
+    verifies (never past the length limit)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, levels: bool = False):
         self.commits: list[tuple[list[int], torch.Tensor]] = []  # (real tokens up to the committed one, state)
+        self.levels: list[
+            tuple[list[int], list[int], torch.Tensor, torch.Tensor]
+        ] = []  # (tokens, path, state, logits)
         self.rounds: list[tuple[int, int, int]] = []  # (sequence length, deepest verified node, max_length)
-        self.checked = 0  # commits checked so far
+        self.checked = self.checked_levels = 0  # commits / level nodes checked so far
         commit, verify = drafting_slimspec.DrafterState.commit, decoding_slimspec.SpeculativeDecoder.verify
+        forward_level = drafting_slimspec.DrafterState.forward_level
 
         def watched_commit(state, seqs):
             logits, hidden = commit(state, seqs)
@@ -166,6 +202,17 @@ class DraftWatch:
                 end = state.committed[i] + 1  # the state at position committed - 1: input token `committed`
                 self.commits.append((real_tokens(seq.ids[0, :end], seq.key_mask[:end]), hidden[i].clone()))
             return logits, hidden
+
+        def watched_level(state, seqs, rows, trees, frontiers, level):
+            logits = forward_level(state, seqs, rows, trees, frontiers, level)
+            for i, seq, tree, frontier, row_logits in zip(rows, seqs, trees, frontiers, logits):
+                assert state.committed[i] == seq.length - 1  # every position but the root's is in the cache
+                tokens = real_tokens(seq.ids[0], seq.key_mask)
+                for f, node in enumerate(frontier):
+                    self.levels.append(
+                        (tokens, tree.path_tokens(node), tree.states[node].clone(), row_logits[f].clone())
+                    )
+            return logits
 
         def depth(tree):
             return max((tree.depths[n] for n in tree.kept), default=0)
@@ -177,16 +224,23 @@ class DraftWatch:
 
         monkeypatch.setattr(drafting_slimspec.DrafterState, "commit", watched_commit)
         monkeypatch.setattr(decoding_slimspec.SpeculativeDecoder, "verify", watched_verify)
+        if levels:
+            monkeypatch.setattr(drafting_slimspec.DrafterState, "forward_level", watched_level)
 
     def check(self, target, drafter) -> None:
-        """Every commit's state equals a fresh drafter's; no verified node lies past the last token the call may
-        append (its bonus token comes after it); then forgets what it saw."""
+        """Every commit's state (and every level node's state and logits) equals a fresh drafter's; no verified node
+        lies past the last token the call may append (its bonus token comes after it); then forgets what it saw."""
         for length, deepest, max_length in self.rounds:
             assert length + deepest < max_length, (length, deepest, max_length)
         for ids, state in self.commits:
             torch.testing.assert_close(state, fresh_drafter_state(target, drafter, ids), rtol=1e-4, atol=1e-4)
+        fresh = FreshLevels(target, drafter)
+        for ids, path, state, logits in self.levels:
+            torch.testing.assert_close((state, logits), fresh(ids, path), rtol=1e-4, atol=1e-4)
         self.checked += len(self.commits)
+        self.checked_levels += len(self.levels)
         self.commits.clear()
+        self.levels.clear()
         self.rounds.clear()
 
 
@@ -269,6 +323,55 @@ def test_num_assistant_tokens_default_and_override():
     assert len(drafter.last_generation_stats.drafted_per_position) == 6  # config default
     target.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=drafter, num_assistant_tokens=2)
     assert len(drafter.last_generation_stats.drafted_per_position) == 2
+
+
+def test_one_drafter_serving_several_threads_gives_each_call_its_own_statistics():
+    """A web server's pattern: 4 threads share one target and one drafter, 3 greedy calls each (every call its own
+    prompt and length, so that no two calls' statistics agree). Every output equals the same call made alone, and
+    every call's statistics are its own: the output's `slimspec_stats` (`return_dict_in_generate`), and the thread's
+    `drafter.last_generation_stats` read once every thread has finished that call (a statistic shared by the threads
+    would then hold the last call to finish). The process-wide switch verification sets is restored afterwards."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    target = make_live_target()
+    drafter = make_drafter_for(target, "low_rank")
+    generator = torch.Generator().manual_seed(0)
+    calls = {
+        (t, j): (torch.randint(0, 128, (1, 3 + t + 2 * j), generator=generator), 4 + 3 * t + j)
+        for t in range(4)
+        for j in range(3)
+    }
+
+    def run(t, j):
+        ids, max_new = calls[t, j]
+        out = target.generate(
+            ids, max_new_tokens=max_new, do_sample=False, assistant_model=drafter, num_assistant_tokens=3,
+            return_dict_in_generate=True,
+        )  # fmt: skip
+        return out.sequences.tolist(), out.slimspec_stats.as_dict()
+
+    alone = {call: run(*call) for call in calls}
+    assert len({str(stats) for _, stats in alone.values()}) == len(calls)  # every call's statistics tell it apart
+    barrier = Barrier(4)
+
+    def thread(t):
+        seen = []
+        for j in range(3):
+            barrier.wait()  # the threads' calls run together ...
+            sequences, stats = run(t, j)
+            barrier.wait()  # ... and all have finished before any reads its statistics
+            seen.append((sequences, stats, drafter.last_generation_stats.as_dict()))
+        return seen
+
+    switch = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")  # set by every verification (`shared_kv_heads`)
+    with ThreadPoolExecutor(4) as pool:
+        threads = list(pool.map(thread, range(4)))
+    assert os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == switch  # restored once no thread verifies
+    for t, seen in enumerate(threads):
+        for j, (sequences, stats, last) in enumerate(seen):
+            assert sequences == alone[t, j][0], (t, j)
+            assert stats == alone[t, j][1] and last == alone[t, j][1], (t, j)
 
 
 class HesitantCountingDrafter(CountingDrafter):

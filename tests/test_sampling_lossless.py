@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from .conftest import make_tiny_drafter
 from .families import FAMILIES, make_family_target
@@ -53,12 +54,25 @@ def fix_drafter_q(drafter, logits: list[float]) -> None:
         drafter.lm_head.weight[:, 0] = torch.tensor(logits) / drafter.config.hidden_size**0.5
 
 
-def exact_joint(target, prompt: list[int], steps: int) -> torch.Tensor:
-    """The target's exact distribution of its next `steps` tokens, (V,) * steps, by enumerating every prefix."""
+# `do_sample=True` with a temperature, top-k and top-p together (the shipped sampled default's use is T 0.7)
+WARPED = dict(temperature=0.7, top_k=3, top_p=0.8)
+
+
+def warp(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` (n, V) through the warpers `generate(**WARPED)` builds, in its order (fp64)."""
+    temperature, top_k, top_p = WARPED["temperature"], WARPED["top_k"], WARPED["top_p"]
+    warpers = [TemperatureLogitsWarper(temperature), TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)]
+    return LogitsProcessorList(warpers)(None, logits)
+
+
+def exact_joint(target, prompt: list[int], steps: int, warped: bool = False) -> torch.Tensor:
+    """The target's exact distribution of its next `steps` tokens, (V,) * steps, by enumerating every prefix (each
+    token drawn from the warped p with `warped`)."""
     seqs, weights = torch.tensor([prompt]), torch.ones(1, dtype=torch.float64)
     for _ in range(steps):
         with torch.no_grad():
-            probs = target(seqs).logits[:, -1].double().softmax(-1)  # (n, V)
+            logits = target(seqs).logits[:, -1].double()
+        probs = (warp(logits) if warped else logits).softmax(-1)  # (n, V)
         weights = (weights[:, None] * probs).flatten()
         seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(seqs.shape[0])[:, None]], 1)
     return weights.reshape((V,) * steps)
@@ -72,7 +86,8 @@ def window(joint: torch.Tensor, start: int, length: int = 2) -> torch.Tensor:
 
 def sample(target, drafter, prompts: list[list[int]], copies: int, calls: int, steps: int, **settings):
     """`calls` batched `generate()` calls, each prompt `copies` times (left-padded); returns each prompt's sampled
-    continuations (n, steps) and the drafter's statistics over all calls."""
+    continuations (n, steps) and the drafter's statistics over all calls. `settings` go to `generate()` (`top_k=0`
+    unless they set it)."""
     rows = [p for p in prompts for _ in range(copies)]
     length = max(len(p) for p in rows)
     ids = torch.zeros((len(rows), length), dtype=torch.long)
@@ -83,8 +98,8 @@ def sample(target, drafter, prompts: list[list[int]], copies: int, calls: int, s
     drawn, accepted, drafted = [], [0] * 4, [0] * 4
     for _ in range(calls):
         out = target.generate(
-            ids, attention_mask=mask, max_new_tokens=steps, do_sample=True, top_k=0, pad_token_id=0,
-            assistant_model=drafter, **settings,
+            ids, attention_mask=mask, max_new_tokens=steps, do_sample=True, pad_token_id=0, assistant_model=drafter,
+            **{"top_k": 0, **settings},
         )  # fmt: skip
         drawn.append(out[:, length : length + steps])
         stats = drafter.last_generation_stats
@@ -103,14 +118,18 @@ def joint_counts(tokens: torch.Tensor, start: int, length: int = 2) -> torch.Ten
     return torch.bincount(index, minlength=V**length).double()
 
 
-def worst_ratio(target, prompts, drawn, windows, steps) -> float:
+def worst_ratio(target, prompts, drawn, windows, steps, warped: bool = False) -> float:
     """The largest χ² statistic over prompts and windows ((first token, length), 0-based) of the sampled tokens,
-    each over its 0.999 critical value: below 1 when every window has the target's joint distribution."""
+    each over its 0.999 critical value: below 1 when every window has the target's joint distribution. With `warped`
+    the target's is the warped one, and a sampled window it gives no probability fails at once (χ² pools it)."""
     worst = 0.0
     for prompt, tokens in zip(prompts, drawn):
-        joint = exact_joint(target, prompt, steps)
+        joint = exact_joint(target, prompt, steps, warped)
         for start, length in windows:
-            stat, dof = _chi_square(joint_counts(tokens, start, length), window(joint, start, length))
+            counts, expected = joint_counts(tokens, start, length), window(joint, start, length)
+            outside = int(counts[expected == 0].sum())
+            assert outside == 0, f"{outside} sampled windows at {start} have probability 0 under the target's"
+            stat, dof = _chi_square(counts, expected)
             worst = max(worst, stat / chi2_999(dof))
     return worst
 
@@ -202,3 +221,57 @@ def test_every_family_samples_the_joint_distribution_in_a_left_padded_batch(fami
     drawn, acceptance = sample(target, drafter, prompts, copies=32, calls=16, steps=3, **settings)
     assert acceptance[0] > 0.2, acceptance
     assert worst_ratio(target, prompts, drawn, windows=((0, 2), (1, 2)), steps=3) < 1.0
+
+
+# -- temperature, top-k and top-p together, at every drafted depth ------------------------------------------------
+
+WARPED_MODES = {
+    "chain": dict(num_assistant_tokens=3),
+    # a tree, and beside it a lookup match the drafter may disagree with as a branch of its own
+    "tree+lookup branch": dict(
+        draft_tree_size=4,
+        draft_tree_depth=3,
+        draft_tree_top_k=2,
+        draft_lookup=True,
+        draft_lookup_min_ngram=8,
+        draft_lookup_branch_ngram=1,
+    ),
+}
+LONG, SHORT = [1, 5, 3, 7, 2, 0, 4, 1, 5], [3, 1]
+
+
+def warped_pair():
+    """`make_pair`'s target made flatter (T 0.7 sharpens it back), so that each warper changes its p clearly after
+    the prompts here: top-k (3) cuts the tail where it is flat, top-p (0.8) where one token dominates, and T reshapes
+    the rest (each one's total variation at depths 1–2: 0.13 to 0.28)."""
+    target, drafter = make_pair(drafter_scale=0.3)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.5)
+    return target, drafter
+
+
+def test_warped_trees_with_lookup_branches_sample_the_joint_distribution_at_batch_1():
+    """`temperature=0.7, top_k=3, top_p=0.8`, one prompt at a time: trees with a lookup branch beside them, drafts
+    accepted at depths 1 and 2, each of the target's rows warped; the joint of tokens 2–3 and 3–4 is the warped
+    target's, and no window outside its support is ever sampled (a warper skipped below the root samples some).
+    Chains at batch 1 are proven exactly (`test_acceptance_exact.py`)."""
+    target, drafter = warped_pair()
+    torch.manual_seed(0)
+    drawn, acceptance = sample(
+        target, drafter, [LONG], copies=1, calls=120, steps=4, **WARPED, **WARPED_MODES["tree+lookup branch"]
+    )
+    assert min(acceptance[:2]) > 0.2, acceptance  # drafts accepted at depth 1 and 2
+    assert worst_ratio(target, [LONG], drawn, windows=((1, 2), (2, 2)), steps=4, warped=True) < 1.0
+
+
+@pytest.mark.parametrize("mode", list(WARPED_MODES))
+def test_warped_drafts_sample_the_joint_distribution_in_a_left_padded_batch(mode):
+    """The same warpers for a long prompt and a short one left-padded into one batch, chains and trees with lookup
+    branches; the joint of tokens 2–3 and 3–4 of each prompt is its warped target's."""
+    target, drafter = warped_pair()
+    torch.manual_seed(0)
+    drawn, acceptance = sample(
+        target, drafter, [LONG, SHORT], copies=32, calls=8, steps=4, **WARPED, **WARPED_MODES[mode]
+    )
+    assert min(acceptance[:2]) > 0.2, acceptance
+    assert worst_ratio(target, [LONG, SHORT], drawn, windows=((1, 2), (2, 2)), steps=4, warped=True) < 1.0

@@ -8,6 +8,7 @@ Part of the remote-code unit: it imports only `torch` and its siblings (relative
 
 import inspect
 import os
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -20,6 +21,8 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling",
 TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 _FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
+_GQA_LOCK = threading.Lock()
+_GQA_STATE = {"inside": 0, "before": None}  # forwards inside `shared_kv_heads` (every thread's), the switch before
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -62,15 +65,20 @@ def shared_kv_heads():
     the whole cache, every layer) whenever a mask is passed and more than one token is queried — every tree, padded
     or batched verification — unless `TRANSFORMERS_SDPA_FORCE_GQA=1`, which its `use_gqa_in_sdpa` reads per call
     from transformers 5.23 on (earlier releases copy; docs/decoding.md has what it saves)."""
-    previous = os.environ.get(_FORCE_GQA)
-    os.environ[_FORCE_GQA] = "1"
+    with _GQA_LOCK:  # one switch for the process: the first forward in sets it, the last one out restores it
+        if _GQA_STATE["inside"] == 0:
+            _GQA_STATE["before"] = os.environ.get(_FORCE_GQA)
+            os.environ[_FORCE_GQA] = "1"
+        _GQA_STATE["inside"] += 1
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(_FORCE_GQA, None)
-        else:
-            os.environ[_FORCE_GQA] = previous
+        with _GQA_LOCK:
+            _GQA_STATE["inside"] -= 1
+            if _GQA_STATE["inside"] == 0 and _GQA_STATE["before"] is None:
+                os.environ.pop(_FORCE_GQA, None)
+            elif _GQA_STATE["inside"] == 0:
+                os.environ[_FORCE_GQA] = _GQA_STATE["before"]
 
 
 def plain_lm_head(target):

@@ -42,8 +42,10 @@ from .drafting_slimspec import (
 )
 from .generation_slimspec import (
     DraftSettings,
+    SlimSpecDecoderOnlyOutput,
     SlimSpecGenerationStats,
     check_decoding_inputs,
+    record_stats,
 )
 from .verification_slimspec import (
     TREE_ATTENTION,
@@ -350,20 +352,22 @@ class SpeculativeDecoder:
         """The call's statistics: the row's own for one prompt, else the rows' totals (each row's in `per_row`)."""
         return self.row_stats[0] if len(self.row_stats) == 1 else SlimSpecGenerationStats.combined(self.row_stats)
 
-    def output(self, generation_config):
-        """What `generate()` returns: the sequences, or with `return_dict_in_generate` a `GenerateDecoderOnlyOutput`
-        with `scores`, `logits` and `hidden_states` as requested (one prompt) and the target's cache."""
+    def output(self, generation_config, stats: SlimSpecGenerationStats):
+        """What `generate()` returns: the sequences, or with `return_dict_in_generate` a `SlimSpecDecoderOnlyOutput`
+        with `scores`, `logits` and `hidden_states` as requested (one prompt), the target's cache and the call's
+        `stats` (`slimspec_stats`)."""
         pad = getattr(generation_config, "_pad_token_tensor", None)
         pad = pad if pad is not None else getattr(generation_config, "_eos_token_tensor", None)
         sequences = self.sequences(int(pad.flatten()[0]) if pad is not None else 0)
         if not generation_config.return_dict_in_generate:
             return sequences
-        return GenerateDecoderOnlyOutput(
+        return SlimSpecDecoderOnlyOutput(
             sequences=sequences,
             scores=self.scores if self.keep_scores else None,
             logits=self.raw_logits if self.keep_logits else None,
             hidden_states=self.hidden_states if self.all_hidden_states else None,
             **{OUTPUT_CACHE: self.cache if len(self.seqs) == 1 else None},
+            slimspec_stats=stats,
         )
 
     def sequences(self, pad_token_id: int) -> torch.LongTensor:
@@ -435,7 +439,7 @@ def slimspec_generate(
     mask = model_kwargs.get("attention_mask")
     seqs = [DecodingSequence(input_ids[b : b + 1], None if mask is None else mask[b : b + 1]) for b in range(batch)]
     decoder = SpeculativeDecoder(model, drafter, generation_config, logits_processor, settings, cache, seqs)
-    drafter.last_generation_stats = decoder.stats()
+    record_stats(drafter, decoder.stats())  # the calling thread's, filled in as the call goes
     if streamer is not None:
         streamer.put(input_ids.cpu())
     decoder.prefill()
@@ -449,8 +453,9 @@ def slimspec_generate(
         appended = decoder.round()
     if streamer is not None:
         streamer.end()
-    drafter.last_generation_stats = decoder.stats()
-    return decoder.output(generation_config)
+    stats = decoder.stats()  # a batch's totals are computed here, at the end
+    record_stats(drafter, stats)
+    return decoder.output(generation_config, stats)
 
 
 def generate_with_drafter(drafter, generate, arguments: dict):
@@ -469,7 +474,7 @@ def generate_with_drafter(drafter, generate, arguments: dict):
     resolved = DraftSettings.resolve(drafter.generation_config, settings, sampled, batched=batch > 1)
     arguments.pop("assistant_model")
     if 0 < resolved.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
-        drafter.last_generation_stats = SlimSpecGenerationStats()
+        record_stats(drafter, SlimSpecGenerationStats())
         return generate(target, **arguments)
     streamer = arguments.pop("streamer", None)
     return generate(

@@ -10,10 +10,13 @@ it is built or loaded (`SlimSpecDrafterPreTrainedModel.__init__`); importing a m
 
 import functools
 import inspect
+import threading
+import weakref
 from dataclasses import dataclass, field, fields
 
 from transformers import GenerationMixin
 from transformers.cache_utils import DynamicCache
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .configuration_slimspec import validate_pairing
 from .drafting_slimspec import LogitsProcessing, is_row_wise
@@ -181,7 +184,8 @@ def draft_generation_config(config):
 
 @dataclass
 class SlimSpecGenerationStats:
-    """Acceptance statistics of the last `generate()` call (filled in by the candidate generator).
+    """Acceptance statistics of one `generate()` call: the output's `slimspec_stats` (`return_dict_in_generate`), and
+    the drafter's `last_generation_stats` (the calling thread's last call, see `PerThreadStats`).
 
     With hybrid drafting (`draft_lookup=True`) the rounds are also counted by source: `"drafter"` or `"lookup"`.
     """
@@ -258,6 +262,37 @@ class SlimSpecGenerationStats:
             "acceptance_length_by_source": self.acceptance_length_by_source,
             **({"per_row": [row.as_dict() for row in self.per_row]} if self.per_row else {}),
         }
+
+
+_CALLS = threading.local()  # per thread: drafter -> the statistics of its last call in that thread (weak keys)
+
+
+class PerThreadStats:
+    """`drafter.last_generation_stats`: the statistics of the last `generate()` call the calling thread made with the
+    drafter (one drafter serving several threads tells each thread its own call's); before any: `AttributeError`."""
+
+    def __get__(self, drafter, owner=None):
+        stats = self if drafter is None else _CALLS.__dict__.get("stats", {}).get(drafter)
+        if stats is None:
+            raise AttributeError("`last_generation_stats`: this thread has made no `generate()` call yet")
+        return stats
+
+    def __set__(self, drafter, stats: SlimSpecGenerationStats) -> None:
+        _CALLS.__dict__.setdefault("stats", weakref.WeakKeyDictionary())[drafter] = stats
+
+
+@dataclass
+class SlimSpecDecoderOnlyOutput(GenerateDecoderOnlyOutput):
+    """transformers' `GenerateDecoderOnlyOutput` and the call's own statistics, `slimspec_stats`."""
+
+    slimspec_stats: SlimSpecGenerationStats | None = None
+
+
+def record_stats(drafter, stats: SlimSpecGenerationStats) -> None:
+    """Makes `stats` the calling thread's `drafter.last_generation_stats` (set up on the drafter's class once)."""
+    if not isinstance(getattr(type(drafter), "last_generation_stats", None), PerThreadStats):
+        type(drafter).last_generation_stats = PerThreadStats()
+    drafter.last_generation_stats = stats
 
 
 def check_drafter_placement(target, drafter) -> None:
@@ -423,6 +458,9 @@ __all__ = [
     "DraftSettings",
     "draft_generation_config",
     "GENERATE_PARAMETERS",
+    "PerThreadStats",
+    "record_stats",
+    "SlimSpecDecoderOnlyOutput",
     "SlimSpecGenerationStats",
     "install_generation_hook",
 ]

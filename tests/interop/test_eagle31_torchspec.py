@@ -204,6 +204,71 @@ def test_eagle31_export_round_trips_exactly(tmp_path, target, name):
         torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
 
 
+def engine_reads(fmt: str, config: dict, num_target_layers: int) -> dict:
+    """What the engines that read an export build from its config.json, as they read it (JSON keys only):
+
+    - `speculators`, vLLM's speculators reader and the speculators library: the EAGLE-3.1 flags at the top level, a
+      missing one false; `norm_before_residual` true when missing (vLLM's reading); `eagle_aux_hidden_state_layer_ids`
+      as inputs of target layers; a dense head (no rank).
+    - `eagle3` and `torchspec`, SpecForge, SGLang and TorchSpec: `fc_norm` and `norm_output` at the top level (a
+      missing one false), no `norm_before_fc` and no residual variant (the SafeAILab layer); the layer ids of
+      SGLang's `eagle_config.eagle_aux_hidden_state_layer_ids` (layer outputs: + 1), else EAGLE-3's default inputs
+      {2, L//2, L-3}; TorchSpec's rank hidden_size // `lm_head_rank_divisor`.
+
+    Also the norm weights such a model then loads."""
+    if fmt == "speculators":
+        flags = {name: config.get(name, False) for name in ("fc_norm", "norm_before_fc", "norm_output")}
+        flags["norm_before_residual"] = config.get("norm_before_residual", True)
+        layer_ids, rank = config.get("eagle_aux_hidden_state_layer_ids"), None
+    else:
+        flags = {name: config.get(name, False) for name in ("fc_norm", "norm_output")}
+        flags.update(norm_before_fc=False, norm_before_residual=False)
+        outputs = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        L = num_target_layers
+        layer_ids = [i + 1 for i in outputs] if outputs is not None else sorted({2, L // 2, L - 3})
+        divisor = config.get("lm_head_rank_divisor")
+        rank = config["hidden_size"] // divisor if fmt == "torchspec" else None
+    weights = [f"fc_norm.{i}.weight" for i in range(3)] if flags["fc_norm"] is True else []
+    weights += ["input_norm.weight"] if flags["norm_before_fc"] is True else []
+    return {
+        **{name: value is True for name, value in flags.items()},
+        "layer_ids": layer_ids,
+        "rank": rank,
+        "norm_weights": sorted(weights),
+    }
+
+
+EXPORTS = {"speculators": export_speculators, "eagle3": export_eagle3, "torchspec": export_torchspec}
+# every flag set each format can hold (SpecForge, SGLang and TorchSpec have no norm over the concatenation)
+EXPORT_CASES = [
+    (fmt, name)
+    for fmt in EXPORTS
+    for name in ["plain", *FLAG_SETS]
+    if fmt == "speculators" or name != "norm_before_fc"
+]
+
+
+@pytest.mark.parametrize("layer_ids", [[2, 4, 5], [1, 4, 6]], ids=["default-layers", "other-layers"])
+@pytest.mark.parametrize("fmt, name", EXPORT_CASES)
+def test_every_export_reads_back_as_its_engines_read_it(tmp_path, target, fmt, name, layer_ids):
+    """Each export's config.json, read as the engines of its format read it, gives back the drafter's EAGLE-3.1
+    flags, residual variant, layer ids and (where the format keeps the factors) rank, and its weights hold exactly
+    the norms those flags make the engine load. (vLLM reading `export --to vllm`: tests/integrations.)"""
+    flags = dict(FLAG_SETS.get(name, {}))
+    if fmt == "speculators":
+        flags["norm_before_residual"] = True  # the value vLLM assumes when the key is missing, so it must be written
+    drafter = make_tiny_drafter(target, head_type="low_rank", head_rank=4, target_layer_ids=layer_ids, **flags)
+    out = EXPORTS[fmt](drafter, tmp_path / fmt)
+    read = engine_reads(fmt, json.loads((out / "config.json").read_text()), L)
+    cfg = drafter.config
+    for flag in ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"):
+        assert read[flag] is getattr(cfg, flag), flag
+    assert read["layer_ids"] == layer_ids
+    assert read["rank"] == (4 if fmt == "torchspec" else None)
+    tensors = load_file(str(out / "model.safetensors"))
+    assert read["norm_weights"] == sorted(k for k in tensors if k.startswith(("fc_norm.", "input_norm.")))
+
+
 def test_eagle31_drafter_greedy_is_plain_greedy_through_generate():
     """fp32: `target.generate(..., assistant_model=drafter)` with an EAGLE-3.1-shaped drafter (per-layer fc norms,
     post-norm state fed back) is plain greedy decoding, token for token, chains and trees."""

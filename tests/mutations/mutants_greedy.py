@@ -205,4 +205,43 @@ MUTANTS = [
         ),
         tests=(f"{BATCH_LIVE}[chain-3]",),
     ),
+    Mutant(
+        name="drafter: a batched tree level attends to the left padding and to the slots rows left unused",
+        edits=(
+            Edit(
+                DRAFTING,
+                "allowed[i, 0, : len(frontier), :committed] = self.valid[i]",
+                "allowed[i, 0, : len(frontier), :committed] = True",
+            ),
+        ),
+        tests=(f"{BATCH_LIVE}[tree]",),  # the output stays exact: only the drafts change
+    ),
+    Mutant(
+        name="drafter: tree and chain levels take their RoPE positions from cache slots, counting left padding",
+        edits=(
+            Edit(
+                DRAFTING,
+                "positions[i] = int(seq.positions[self.committed[i] - 1]) + level",
+                "positions[i] = self.committed[i] - 1 + level",
+            ),
+        ),
+        tests=(f"{BATCH_LIVE}[tree]", f"{BATCH_LIVE}[chain-3]"),  # the output stays exact: only the drafts change
+        each=True,
+    ),
+    Mutant(
+        name="statistics: one drafter serving several threads keeps one last_generation_stats for all of them",
+        edits=(Edit("generation_slimspec.py", "_CALLS = threading.local()", "_CALLS = type('Shared', (), {})()"),),
+        tests=(f"{GEN}::test_one_drafter_serving_several_threads_gives_each_call_its_own_statistics",),
+    ),
+    Mutant(
+        name="threads: the sdpa GQA switch is restored by whichever verification ends, while others still run",
+        edits=(
+            Edit(
+                VER,
+                '        if _GQA_STATE["inside"] == 0:\n',
+                "        if True:  # every forward saves what it finds and restores it\n",
+            ),
+        ),
+        tests=(f"{GEN}::test_one_drafter_serving_several_threads_gives_each_call_its_own_statistics",),
+    ),
 ]

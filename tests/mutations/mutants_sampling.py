@@ -13,6 +13,7 @@ LOSSLESS = "tests/test_sampling_lossless.py"
 FAMILIES = f"{LOSSLESS}::test_every_family_samples_the_joint_distribution_in_a_left_padded_batch"
 
 WALK = "            token, child = sample_child(processed[0], tree.proposals.get(node, []))\n"
+PROCESSED = "            processed = processing(seq.with_path([tree.tokens[n] for n in path]), row.clone())\n"
 
 # Every statistical (χ²) or support test of sampling: each must fail on its own when every draft is accepted.
 STATISTICAL = (
@@ -187,5 +188,25 @@ MUTANTS = [
         name="sampling: lookup extends a leaf that its own (pruned) draws made the likeliest",
         edits=(Edit(DECODING, "if self.do_sample and tree.proposals.get(leaf):", "if False:"),),
         tests=(f"{EXACT}::test_lookup_extending_a_leaf_whose_draws_were_pruned_is_lossless",),
+    ),
+    Mutant(
+        name="sampling: the target's distribution below the root is computed without the temperature",
+        edits=(
+            Edit(
+                DECODING,
+                PROCESSED,
+                "            ids, processed = seq.with_path([tree.tokens[n] for n in path]), row.clone()\n"
+                "            for processor in processing.processors:  # every processor, but T only at the root\n"
+                "                if not path or type(processor).__name__ != 'TemperatureLogitsWarper':\n"
+                "                    processed = processor(ids, processed)\n",
+            ),
+        ),
+        tests=(
+            f"{EXACT}::test_temperature_top_k_and_top_p_apply_at_every_depth",
+            f"{EXACT}::test_temperature_top_k_and_top_p_apply_at_every_depth_in_a_left_padded_batch",
+            f"{LOSSLESS}::test_warped_trees_with_lookup_branches_sample_the_joint_distribution_at_batch_1",
+            f"{LOSSLESS}::test_warped_drafts_sample_the_joint_distribution_in_a_left_padded_batch",
+        ),
+        each=True,
     ),
 ]
