@@ -26,7 +26,7 @@ demo: install
 	$(PY) -m slimspec_hf.commands.demo
 
 test: install
-	$(PY) -m pytest -m "not slow" --timeout=900
+	$(PY) -m pytest -m "not slow" --timeout=900 --durations=15
 
 test-slow: install
 	$(PY) -m pytest -m "slow" --timeout=1800
