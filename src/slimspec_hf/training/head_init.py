@@ -75,17 +75,22 @@ def initialise_layer_as_passthrough(drafter: SlimSpecDrafterForCausalLM) -> None
     step 0 the head reads the target's own deep state (a logit-lens start) instead of a random one. What `auto` does
     where the target's last layer cannot be copied (Gemma-3's extra norms, Qwen3's q/k norms, MoE MLPs): with a target
     whose final norm scales some channels by hundreds (Gemma-3-270M), a random start gives confident nonsense."""
+    if drafter.config.target_hidden_size != drafter.config.hidden_size:
+        return  # no block of `fc` to pass through
+    _pass_deepest_layer_through(drafter)
+    drafter.layer.self_attn.o_proj.weight.zero_()
+    drafter.layer.mlp.down_proj.weight.zero_()
+
+
+def _pass_deepest_layer_through(drafter: SlimSpecDrafterForCausalLM) -> None:
+    """`fc` as the identity on the deepest fused target layer's block, zero elsewhere."""
     config = drafter.config
     width = config.hidden_size
-    if config.target_hidden_size != width:
-        return  # no block of `fc` to pass through
     deepest = max(range(len(config.target_layer_ids)), key=lambda i: config.target_layer_ids[i])
     drafter.fc.weight.zero_()
     drafter.fc.weight[:, deepest * width : (deepest + 1) * width].copy_(torch.eye(width))
     if drafter.fc.bias is not None:
         drafter.fc.bias.zero_()
-    drafter.layer.self_attn.o_proj.weight.zero_()
-    drafter.layer.mlp.down_proj.weight.zero_()
 
 
 # The parameters of a Llama-shaped decoder layer: the ones `_copy_last_layer` has a counterpart for.
@@ -141,9 +146,7 @@ def _copy_last_layer(drafter: SlimSpecDrafterForCausalLM, target: nn.Module) -> 
     for mine, theirs in pairs:
         for name, param in mine.named_parameters(recurse=False):
             param.copy_(getattr(theirs, name).to(param.dtype))
-    deepest = max(range(3), key=lambda i: config.target_layer_ids[i])
-    drafter.fc.weight.zero_()
-    drafter.fc.weight[:, deepest * width : (deepest + 1) * width].copy_(torch.eye(width))
+    _pass_deepest_layer_through(drafter)
 
 
 @torch.no_grad()
