@@ -64,7 +64,8 @@ def test_the_data_order_reaches_any_position_without_replaying_the_ones_before()
 def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     rows = tiny_rows(10)
     ids = [tuple(r) for r in rows["input_ids"]]
-    first, seen_first, _ = run_session(tmp_path, "a", rows)
+    first, seen_first, _ = run_session(tmp_path, "a", rows, save_strategy="steps", save_steps=3)
+    assert (tmp_path / "a" / "checkpoint-3").is_dir()
     folder = tmp_path / "run"
     state = json.loads((folder / STATE_FILE).read_text())
     weights = load_file(folder / "model.safetensors")
@@ -79,7 +80,7 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     order = data_order(10, seed=7, start=0, count=12)
     assert seen_first == [ids[i] for i in order[:6]]
 
-    second, seen_second, start = run_session(tmp_path, "b", rows)
+    second, seen_second, start = run_session(tmp_path, "a", rows)  # the recipe's output dir again: each call's scratch
     # the second session starts from the folder's (bf16) weights, not from a new drafter
     for name, tensor in weights.items():
         torch.testing.assert_close(start[name], tensor.float(), rtol=0, atol=0)

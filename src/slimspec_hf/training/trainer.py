@@ -442,8 +442,8 @@ class SlimSpecTrainer(Trainer):
     # -- training entry: refuse foreign output dirs, fill the feature cache ----------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else self.args.resume_from_checkpoint
-        if resume in (None, False):
-            check_output_dir(self.args.output_dir, self.args.overwrite_output_dir)
+        if resume in (None, False) and not self.args.continual_dir:  # a continual run's output dir is each call's
+            check_output_dir(self.args.output_dir, self.args.overwrite_output_dir)  # scratch; its folder is the run
         if self.args.features == "offline" and self.train_dataset is not None:
             written = self.cache_features()
             logger.info("Offline features: %d new under %s", written, self._cache_root)
