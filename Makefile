@@ -25,8 +25,10 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) -m slimspec_hf.commands.demo
 
+# The default run: neither the slow tests (scripts/ tooling, multi-process runs: `make test-slow`) nor vLLM's
+# (`make test-vllm`, in its own venv), even where vLLM is importable.
 test: install
-	$(PY) -m pytest -m "not slow" --timeout=900 --durations=15
+	$(PY) -m pytest -m "not slow and not vllm" --timeout=900 --durations=15
 
 test-slow: install
 	$(PY) -m pytest -m "slow" --timeout=1800
@@ -62,12 +64,12 @@ test-compat:
 	$(COMPAT_PY) -m pytest -m "not slow" --timeout=900 $(COMPAT_TESTS)
 
 quality: install
-	$(PY) -m ruff check src tests
-	$(PY) -m ruff format --check src tests
+	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff format --check src tests scripts
 
 style: install
-	$(PY) -m ruff check --fix src tests
-	$(PY) -m ruff format src tests
+	$(PY) -m ruff check --fix src tests scripts
+	$(PY) -m ruff format src tests scripts
 
 bench: install
 	$(VENV)/bin/slimspec bench-head
@@ -96,6 +98,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_PY) -c "from vllm import LLM; import speculators, slimspec_hf.integrations.vllm"
 	touch $@
 
+# The engines run through scripts/vllm_runner.py (lab tooling beside bench_vllm.py, not in the wheel).
 test-vllm: install-vllm
 	$(VLLM_ENV) timeout 1800 $(VLLM_PY) -m pytest -m vllm tests/integrations/test_vllm.py --timeout=1500
 

@@ -5,7 +5,7 @@ Three settings, in one run: the target alone, the target + the drafter exported 
 plugin), the target + the drafter exported with `--to speculators` (the merged V×d head, stock vLLM). Each serves
 the same MT-Bench first turns (chat template, greedy, `--max-tokens` new tokens) at batch 1, 4, 16, 64: `batch`
 requests in flight at once, repeated over distinct prompts until `--min-requests` requests have run. Two passes
-(`slimspec_hf.integrations.vllm.runner`): interleaved — the three engines alive in one process and timed in turns,
+(`scripts/vllm_runner.py`, beside this script): interleaved — the three engines alive in one process and timed in turns,
 so that on a shared CPU each setting sees the same load: the throughput reported — and sequential — one engine
 per process, one after another, with vLLM's spec-decode counters on: tau (1 + accepted / drafts), the greedy
 texts (identical across settings?) and a second, load-exposed throughput. tokens/s = generated tokens / wall
@@ -26,10 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-from slimspec_hf.integrations.vllm.runner import run_in_own_session
+from vllm_runner import run_in_own_session  # beside this script (scripts/ is first on sys.path)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RUNNER = Path(__file__).resolve().with_name("vllm_runner.py")
 DEFAULT_DRAFTER = REPO_ROOT / "drafters" / "smollm2-135m-instruct-slimspec"
 DEFAULT_PROMPTS = (
     Path(os.environ.get("SLIMSPEC_DATA", REPO_ROOT.parent / "shared" / "data")) / "eval/mt_bench/question.jsonl"
@@ -38,7 +39,7 @@ SETTINGS = ("no speculation", "merged full head", "SlimSpec low-rank head")
 
 
 def run_runner(args, target, extra, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "slimspec_hf.integrations.vllm.runner", "--target", str(target)]
+    cmd = [sys.executable, str(RUNNER), "--target", str(target)]
     cmd += ["--prompts", str(args.prompts), "--out", str(out), "--dtype", args.dtype]
     cmd += ["--max-tokens", str(args.max_tokens), "--min-requests", str(args.min_requests)]
     cmd += ["--num-speculative-tokens", str(args.num_speculative_tokens), "--batch-sizes", *map(str, args.batch_sizes)]

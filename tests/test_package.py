@@ -82,6 +82,23 @@ def test_library_modules_carry_no_argparse_main():
         assert "argparse" not in path.read_text(encoding="utf-8"), f"{path.relative_to(SRC)} uses argparse"
 
 
+# What a user runs from the wheel: the `slimspec` commands, and the child `prepare-data --engine vllm` starts in the
+# vLLM venv. Benchmark runners, time-boxed bursts and other lab tooling live in scripts/ and experiments/.
+RUNNABLE_MODULES = {"cli.py", "integrations/vllm/regenerate.py"}
+
+
+def test_the_wheel_runs_only_its_commands():
+    runnable = set()
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            test = node.test if isinstance(node, ast.If) else None
+            if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__":
+                runnable.add(path.relative_to(SRC).as_posix())
+    extra = {name for name in runnable - RUNNABLE_MODULES if not name.startswith("commands/")}
+    assert not extra, f"{sorted(extra)} run as scripts: lab tooling belongs in scripts/, commands in commands/"
+
+
 def test_source_files_stay_small():
     sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > 700} == {}

