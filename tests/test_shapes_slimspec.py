@@ -1,0 +1,104 @@
+"""The draft-shape choice (`shapes_slimspec`): expected tokens per round from per-depth acceptance, round costs from
+measured curves, and the shape each kind of machine gets."""
+
+import pytest
+
+from slimspec_hf.shapes_slimspec import (
+    DepthAcceptance,
+    DraftShape,
+    RoundCosts,
+    candidate_shapes,
+    choose_shape,
+    expected_tokens,
+    round_time,
+)
+
+
+def observed(rank_probabilities, depths=8, rounds=10_000, max_rank=8):
+    """A `DepthAcceptance` that has seen `rounds` rounds at every depth with these rank probabilities."""
+    acceptance = DepthAcceptance(max_rank=max_rank, max_depth=depths, prior_weight=0.0)
+    for j in range(depths):
+        probabilities = (
+            rank_probabilities[j] if isinstance(rank_probabilities[0], (list, tuple)) else rank_probabilities
+        )
+        for m, p in enumerate(probabilities, start=1):
+            acceptance.counts[j][m - 1] = p * rounds
+        acceptance.counts[j][max_rank] = (1 - sum(probabilities)) * rounds
+    return acceptance
+
+
+def test_a_chain_yields_the_products_of_its_depths_acceptance():
+    acceptance = observed([[0.8], [0.6], [0.5], [0.4]], depths=4)
+    assert expected_tokens(DraftShape(3, 3, 1), acceptance) == pytest.approx(1 + 0.8 + 0.8 * 0.6 + 0.8 * 0.6 * 0.5)
+    assert expected_tokens(DraftShape(), acceptance) == 1.0
+
+
+def test_a_tree_spends_its_nodes_where_they_add_most():
+    acceptance = observed([0.5, 0.2, 0.1, 0.05, 0.05, 0.0, 0.0, 0.0])
+    # one level of four children: the target's token among the drafter's four likeliest
+    assert expected_tokens(DraftShape(4, 1, 4), acceptance) == pytest.approx(1 + 0.85)
+    # two levels, three nodes: the second depth's first child adds 0.7·0.5 > the first depth's third child's 0.1
+    assert expected_tokens(DraftShape(3, 2, 4), acceptance) == pytest.approx(1 + 0.7 + 0.7 * 0.5)
+    wider = [expected_tokens(DraftShape(size, 4, 4), acceptance) for size in (4, 8, 16)]
+    assert wider == sorted(wider) and wider[0] < wider[-1]
+
+
+def test_acceptance_counts_outweigh_the_prior_and_grow_with_the_rank():
+    acceptance = DepthAcceptance(max_rank=4, max_depth=2)
+    for _ in range(1000):
+        acceptance.add(1, 1)
+        acceptance.add(2, None)
+    acceptance.add(9, 1)  # past max_depth: not kept
+    assert acceptance.coverage(1, 1) > 0.99 and acceptance.coverage(2, 4) < 0.01
+    assert acceptance.observed(1) == 1000
+    fresh = DepthAcceptance(max_rank=4, max_depth=2)
+    values = [fresh.coverage(1, m) for m in range(5)]
+    assert values == sorted(values) and values[0] == 0.0 and values[-1] < 1.0
+    assert DepthAcceptance.from_dict(acceptance.as_dict()).counts == acceptance.counts
+
+
+def test_a_flat_verification_curve_picks_a_large_tree():
+    # GPU-like: verifying 64 tokens costs what one does; the drafter's step is a tenth of it
+    costs = RoundCosts(batch_size=1, verify=tuple([0.010] * 64), draft=tuple([0.001] * 8))
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+    choice = choose_shape(candidate_shapes(max_size=63), costs, acceptance)
+    assert not choice.shape.is_chain and choice.shape.size >= 16 and choice.shape.depth >= 4, choice.shape
+    assert choice.speedup > 2
+
+
+def test_a_steep_verification_curve_picks_plain_decoding():
+    # fp32 without native bf16: every verified token costs as much as the first
+    costs = RoundCosts(batch_size=1, verify=tuple(0.050 * n for n in range(1, 17)), draft=tuple([0.005] * 8))
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+    choice = choose_shape(candidate_shapes(max_size=15), costs, acceptance)
+    assert choice.shape.is_plain and choice.speedup == 1.0
+
+
+def test_a_batch_whose_verification_grows_with_rows_decodes_plain_sooner():
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+
+    def costs(rows):  # a shared weight read plus a per-token cost for every row's tokens
+        return RoundCosts(
+            batch_size=rows,
+            verify=tuple(0.040 + 0.004 * rows * n for n in range(1, 17)),
+            draft=tuple(0.002 + 0.0005 * rows * w for w in range(1, 9)),
+        )
+
+    chosen = {rows: choose_shape(candidate_shapes(max_size=15), costs(rows), acceptance) for rows in (1, 4, 32)}
+    assert not chosen[1].shape.is_plain
+    assert chosen[32].shape.is_plain
+    assert chosen[1].shape.size >= chosen[4].shape.size  # fewer nodes per row as rows share the cost
+
+
+def test_round_time_counts_verification_and_each_level():
+    costs = RoundCosts(batch_size=1, verify=(1.0, 2.0, 3.0, 4.0), draft=(0.1, 0.2))
+    assert round_time(DraftShape(3, 2, 2), costs, tokens=1.5) == pytest.approx(4.0 + 0.15 + 0.2)
+    assert round_time(DraftShape(), costs, tokens=1.0) == 1.0
+    assert costs.verify_time(6) == pytest.approx(6.0)  # extended past the last point by its last slope
+
+
+def test_shapes_name_their_settings():
+    assert DraftShape(3, 3, 1).settings() == {"num_assistant_tokens": 3, "draft_tree_size": 0}
+    assert str(DraftShape(16, 4, 4)) == "tree 16/4/4" and str(DraftShape()) == "plain"
+    assert DraftShape(16, 4, 4).settings()["draft_tree_top_k"] == 4
+    assert all(s.size >= s.depth for s in candidate_shapes(max_size=32) if not s.is_plain)
