@@ -44,7 +44,7 @@ def test_expected_recipes_exist():
     assert {p.name for p in ABLATIONS.glob("config_*.yaml")} == set(SIDE_BY_SIDE)
     ablations_readme = (ABLATIONS / "README.md").read_text()
     assert all(f"`{name}`" in ablations_readme for name in SIDE_BY_SIDE)
-    for target in ("llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b", "smollm2-135m-instruct"):
+    for target in ("llama-3.1-8b-instruct", "gpt-oss-20b", "qwen3-30b-a3b", "smollm2-135m-instruct", "gemma-3-270m"):
         assert (RECIPES / target / "README.md").is_file()
         assert list((RECIPES / target / "slimspec").glob("config_*.yaml"))
 
@@ -69,6 +69,20 @@ def test_smollm2_ablations_differ_from_the_first_stage_only_in_the_head():
     assert parse(ABLATIONS / "config_rank36.yaml")[0].head_rank == 576 // 16
     assert parse(ABLATIONS / "config_rank144.yaml")[0].head_rank == 576 // 4
     assert parse(SMOLLM2 / "config_embedded_v1.yaml")[0].head_rank == 576 // 8
+
+
+def test_gemma_ablations_differ_from_the_low_rank_run_only_in_the_head():
+    folder = RECIPES / "gemma-3-270m" / "ablations"
+    head_keys = {"head_type", "head_rank", "head_init", "draft_vocab_size", "output_dir"}
+    base = yaml.safe_load((folder / "config_low_rank.yaml").read_text())
+    names = {p.name for p in folder.glob("config_*.yaml")}
+    assert names == {"config_low_rank.yaml", "config_full_head.yaml", "config_target_head.yaml", "config_trimmed.yaml"}
+    for name in names:
+        other = yaml.safe_load((folder / name).read_text())
+        differing = {k for k in set(base) | set(other) if base.get(k) != other.get(k)}
+        assert differing <= head_keys, (name, differing)
+    assert parse(folder / "config_trimmed.yaml")[0].draft_vocab_size == 32768
+    assert parse(folder / "config_low_rank.yaml")[0].head_rank == 640 // 8
 
 
 def test_later_stages_warm_start_from_the_shipped_folder():
