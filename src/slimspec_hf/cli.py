@@ -24,7 +24,7 @@ COMMANDS = {
     "train": ("slimspec_hf.commands.train:main", "train a drafter from a YAML recipe (TrlParser; accelerate-ready)"),
     "bench": (
         "slimspec_hf.commands.bench:main",
-        "Spec-Bench: tokens/s, acceptance length, speed-up, per category",
+        "Spec-Bench / MT-Bench: greedy, sampled and batched tokens/s, acceptance length, speed-up",
     ),
     "bench-head": (
         "slimspec_hf.commands.bench_head:main",

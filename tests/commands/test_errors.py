@@ -174,6 +174,21 @@ def test_bench_missing_data_file_names_the_file_it_got(capsys, workdir):
     assert "`--data`: no such file: nope.jsonl" in line and "pass `--data PATH`" not in line
 
 
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--top-p", "0"], "`--top-p` must be in (0, 1], got 0.0."),
+        (["--top-p", "1.5"], "`--top-p` must be in (0, 1], got 1.5."),
+        (["--batch-sizes", "0"], "`--batch-sizes`: got [0] with 1 --drafter; give batch sizes >= 1"),
+        (["--batch-sizes", "4", "--prompt-lookup"], "`--prompt-lookup` does not run with `--batch-sizes`"),
+        (["--batch-sizes", "4", "--repeats", "3"], "`--repeats` (3) is not used with `--batch-sizes`"),
+    ],
+)
+def test_bench_refuses_settings_it_cannot_run_before_loading_anything(capsys, workdir, extra, message):
+    _, line = run_cli(capsys, ["bench", "--drafter", "not/loaded", *extra], workdir)
+    assert message in line
+
+
 def test_convert_missing_source(capsys, workdir):
     _, line = run_cli(capsys, ["convert", "--from", "eagle3", "./nope", "--target", "embedded", "--out", "o"], workdir)
     assert "`src`: no such folder: ./nope" in line

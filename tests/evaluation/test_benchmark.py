@@ -296,3 +296,34 @@ def test_draft_length_flag_and_its_deprecated_alias_set_num_assistant_tokens(fla
     else:
         args = build_parser().parse_args([flag, "3"])
     assert args.num_assistant_tokens == 3 and not hasattr(args, "num_speculative_tokens")
+
+
+def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):
+    """`--batch-sizes` with greedy and sampled temperatures, `--top-p` and a tree row: one table on stdout, the
+    summary and every timed batch in batch_sweep.json; greedy drafter batches equal plain batched greedy."""
+    target = make_tiny_target(eos_token_id=1)
+    target_dir, low_dir, out = tmp_path / "target", tmp_path / "low", tmp_path / "out"
+    target.save_pretrained(target_dir)
+    make_char_tokenizer().save_pretrained(target_dir)
+    _drafter(target, 2).save_pretrained(low_dir)
+    argv = [
+        "--target",
+        str(target_dir),
+        "--drafter",
+        str(low_dir),
+        "--data",
+        str(_questions_file(tmp_path / "q.jsonl")),
+    ]
+    argv += ["--batch-sizes", "1", "2", "--temperatures", "0", "0.8", "--top-p", "0.9", "--draft-tree", "4/2/2"]
+    argv += ["--max-new-tokens", "6", "--dtype", "float32", "--output-dir", str(out), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "temperatures 0, 0.8, sampled with top-p 0.9 (no top-k)" in printed
+    assert "| T | B | system | tok/s | vs plain batched generate() | τ | identical batches |" in printed
+    sweep = json.loads((out / "batch_sweep.json").read_text())
+    assert sweep["config"]["top_p"] == 0.9 and sweep["config"]["temperatures"] == [0.0, 0.8]
+    summary = {(r["temperature"], r["batch_size"], r["system"]): r for r in sweep["summary"]}
+    assert set(summary) == {(t, b, s) for t in (0.0, 0.8) for b in (1, 2) for s in ("target", "low", "low+tree4/2/2")}
+    assert summary[0.0, 2, "low"]["identical"] == "2/2" and summary[0.0, 1, "low+tree4/2/2"]["identical"] == "5/5"
+    assert summary[0.8, 2, "low"]["identical"] is None and summary[0.8, 2, "target"]["speedup"] == pytest.approx(1.0)
+    assert len(sweep["rows"]) == 2 * (5 + 2) * 3  # temperatures × (batches of 1 + batches of 2) × systems

@@ -1,5 +1,8 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""`slimspec bench`: Spec-Bench / MT-Bench tokens/s, acceptance length and speed-up per category."""
+"""`slimspec bench`: Spec-Bench / MT-Bench tokens/s, acceptance length and speed-up per category.
+
+Greedy and sampled runs (`--temperatures`, `--top-p`) one question at a time against the target alone, or, with
+`--batch-sizes`, batches of questions against plain batched `generate()`."""
 
 import argparse
 import logging
@@ -80,7 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", nargs="+", default=None, help="keep these categories (e.g. mt_bench qa coding)")
     p.add_argument("--limit", type=int, default=None, help="first N questions of each category")
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0], help="0 is greedy")
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="sampled runs keep the smallest set of tokens holding probability P (default 1: all; no top-k cut)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="runs per question and system; the median time is kept")
     add_draft_length_argument(p, None, "tokens drafted per round (default: each drafter's own)")
     p.add_argument(
@@ -97,9 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="B",
-        help="batched decoding instead: plain batched generate() against each drafter (its own defaults; a drafter "
-        "with a draft_max_batch_size also as NAME@any-batch, drafting at every B) at each batch size, batches of B "
-        "questions interleaved; the first --temperatures value is used",
+        help="batched decoding instead: plain batched generate() against each drafter row (as without it: -k, "
+        "--draft-lookup, --draft-tree, --confidence-threshold; a drafter with a draft_max_batch_size also as "
+        "NAME@any-batch, drafting at every B) at each batch size and temperature, batches of B questions "
+        "interleaved; writes batch_sweep.json",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
@@ -115,55 +126,77 @@ def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) 
     """`--batch-sizes`: the batched sweep, one table, `batch_sweep.json` in --output-dir."""
     import torch
 
-    from ..evaluation.batching import render_sweep, run_batch_sweep, summarize
+    from ..evaluation.batching import batch_systems, render_sweep, run_batch_sweep, summarize
+    from ..evaluation.benchmark import build_systems
     from ..utils import atomic_write_json
 
-    systems = {}
-    for name, drafter in drafters.items():
-        systems[name] = {"assistant_model": drafter}
-        if args.num_assistant_tokens:
-            systems[name]["num_assistant_tokens"] = args.num_assistant_tokens
-        if getattr(drafter.generation_config, "draft_max_batch_size", 0):  # also drafting above its batch limit
-            systems[f"{name}@any-batch"] = {**systems[name], "draft_max_batch_size": 0}
-    temperature = args.temperatures[0]
+    systems = build_systems(
+        drafters,
+        num_assistant_tokens=args.num_assistant_tokens,
+        confidence_thresholds=tuple(args.confidence_threshold),
+        draft_lookup=args.draft_lookup,
+        draft_trees=tuple(args.draft_tree),
+    )
     sweep = run_batch_sweep(
         target,
         tokenizer,
-        systems,
+        batch_systems(systems),
         [q["prompt"] for q in questions],
         args.batch_sizes,
         max_new_tokens=args.max_new_tokens,
-        temperature=temperature,
+        temperatures=args.temperatures,
+        top_p=args.top_p,
         seed=args.seed,
     )
     summary = summarize(sweep)
+    sampling = f", sampled with top-p {args.top_p:g} (no top-k)" if any(args.temperatures) else ""
     header = (
-        f"{len(questions)} questions × {args.max_new_tokens} new tokens, temperature {temperature:g}, "
-        f"{target.dtype}, {torch.get_num_threads()} thread(s), {target.device}"
+        f"{len(questions)} questions × {args.max_new_tokens} new tokens, temperatures "
+        f"{', '.join(f'{t:g}' for t in args.temperatures)}{sampling}; {target.dtype}, "
+        f"{torch.get_num_threads()} thread(s), {target.device}"
     )
     path = Path(args.output_dir) / "batch_sweep.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"header": header, "summary": summary, **sweep}, indent=1)
+    config = {"target": args.target, "top_p": args.top_p, "temperatures": args.temperatures, "seed": args.seed}
+    atomic_write_json(path, {"header": header, "config": config, "summary": summary, **sweep}, indent=1)
     logger.info("wrote %s", path)
     print(render_sweep(summary, header))
     return 0
 
 
+def _check_arguments(args) -> None:
+    """Refuses flag combinations `slimspec bench` cannot run, before any model is loaded."""
+    if args.name is not None and len(args.name) != len(args.drafter):
+        raise CommandError(f"`--name`: got {len(args.name)} for {len(args.drafter)} --drafter; give one per drafter.")
+    if not 0.0 < args.top_p <= 1.0:
+        raise CommandError(f"`--top-p` must be in (0, 1], got {args.top_p}.")
+    if args.batch_sizes is None:
+        return
+    if min(args.batch_sizes) < 1 or not args.drafter:
+        raise CommandError(
+            f"`--batch-sizes`: got {args.batch_sizes} with {len(args.drafter)} --drafter; give batch sizes >= 1 "
+            "and at least one --drafter."
+        )
+    if args.prompt_lookup:
+        raise CommandError(
+            "`--prompt-lookup` does not run with `--batch-sizes`: transformers' prompt lookup decodes one prompt at a "
+            "time; drop one of them."
+        )
+    if args.repeats != 1:
+        raise CommandError(
+            f"`--repeats` ({args.repeats}) is not used with `--batch-sizes` (each batch runs once per system); drop it."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-    if args.name is not None and len(args.name) != len(args.drafter):
-        raise CommandError(f"`--name`: got {len(args.name)} for {len(args.drafter)} --drafter; give one per drafter.")
+    _check_arguments(args)
     data = resolve_data_file(args.data, "--data") if args.data else default_questions_path(args.dataset)
     check_model_source(args.target, "--target", allow_file=True)
     for path in args.drafter:
         check_model_source(path, "--drafter")
     questions = load_questions(data, args.categories, args.limit, args.dataset)
-    if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or not args.drafter):
-        raise CommandError(
-            f"`--batch-sizes`: got {args.batch_sizes} with {len(args.drafter)} --drafter; give batch sizes >= 1 "
-            "and at least one --drafter."
-        )
     target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
     logger.info(runtime_line(target))
     drafters = {}
@@ -186,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = BenchmarkSettings(
         temperatures=tuple(args.temperatures),
+        top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
         repeats=args.repeats,
         seed=args.seed,
