@@ -1,16 +1,21 @@
 """The draft-shape choice (`shapes_slimspec`): expected tokens per round from per-depth acceptance, round costs from
 measured curves, and the shape each kind of machine gets."""
 
+import random
+
 import pytest
 
 from slimspec_hf.shapes_slimspec import (
+    CostLog,
     DepthAcceptance,
     DraftShape,
     RoundCosts,
+    ShapeTuner,
     candidate_shapes,
     choose_shape,
     expected_tokens,
     round_time,
+    tokens_by_size,
 )
 
 
@@ -102,3 +107,81 @@ def test_shapes_name_their_settings():
     assert str(DraftShape(16, 4, 4)) == "tree 16/4/4" and str(DraftShape()) == "plain"
     assert DraftShape(16, 4, 4).settings()["draft_tree_top_k"] == 4
     assert all(s.size >= s.depth for s in candidate_shapes(max_size=32) if not s.is_plain)
+
+
+def greedy_reference(shape, acceptance):
+    """E by the definition: each node to the depth where it adds most, E recomputed from scratch every time."""
+    children = [0] * shape.depth
+
+    def tokens(ms):
+        total, reach = 1.0, 1.0
+        for j, m in enumerate(ms, start=1):
+            reach *= acceptance.coverage(j, m)
+            total += reach
+        return total
+
+    for _ in range(shape.size):
+        options = [j for j in range(shape.depth) if children[j] < shape.top_k and (j == 0 or children[j - 1] > 0)]
+        if not options:
+            break
+        gains = [tokens(children[:j] + [children[j] + 1] + children[j + 1 :]) for j in options]
+        children[options[max(range(len(options)), key=lambda i: (gains[i], -i))]] += 1
+    return tokens(children)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_pass_gives_every_size_what_the_definition_gives(seed):
+    rng = random.Random(seed)
+    acceptance = DepthAcceptance(max_rank=8, max_depth=6)
+    for depth in range(1, 7):
+        for _ in range(50):
+            acceptance.add(depth, rng.choice([1, 1, 1, 2, 3, 5, None]))
+    by_size = tokens_by_size(acceptance, 5, 4, 20)
+    for size in range(1, 21):
+        assert by_size[size] == pytest.approx(greedy_reference(DraftShape(size, 5, 4), acceptance), rel=1e-9)
+
+
+def simulate(verify, draft, ranks, rounds=240, seed=0):
+    """A `ShapeTuner` deciding on a simulated machine (`verify(n)`, `draft(w)` seconds) and drafter (`ranks`: P(the
+    target's token is the drafter's m-th likeliest) at every depth)."""
+    rng = random.Random(seed)
+    log, acceptance = CostLog(batch_size=1), DepthAcceptance(max_rank=8, max_depth=8)
+    tuner = ShapeTuner(log, acceptance, start=DraftShape(4, 1, 4))
+    used = []
+    for _ in range(rounds):
+        shape = tuner.next_shape()
+        accepted = 0
+        for depth in range(1, shape.depth + 1):
+            draw, rank = rng.random(), None
+            for m, p in enumerate(ranks, start=1):
+                draw -= p
+                if draw < 0:
+                    rank = m
+                    break
+            acceptance.add(depth, rank)
+            if rank is None or rank > shape.top_k:
+                break
+            accepted += 1
+        steps = (
+            []
+            if shape.is_plain
+            else [(1 + accepted, draft(1 + accepted))] + [(shape.top_k, draft(shape.top_k))] * (shape.depth - 1)
+        )
+        tuner.observe(shape, verify(shape.size + 1), steps, accepted)
+        used.append(shape)
+    return tuner, used
+
+
+RANKS = (0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01)
+
+
+def test_the_tuner_settles_on_a_large_tree_where_verification_is_flat():
+    tuner, used = simulate(verify=lambda n: 0.010, draft=lambda w: 0.001, ranks=RANKS)
+    assert used[0].is_plain and max(s.size for s in used) == 63  # every probe ran
+    assert tuner.shape.size >= 16 and tuner.choice.speedup > 2, tuner.shape
+
+
+def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
+    tuner, used = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
+    assert max(s.size for s in used) <= 7  # wider probes could not pay once 4 tokens cost 4 plain rounds
+    assert tuner.shape.is_plain and all(s.is_plain for s in used[-100:])

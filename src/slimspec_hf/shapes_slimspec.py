@@ -55,18 +55,18 @@ class DraftShape:
         return {"draft_tree_size": self.size, "draft_tree_depth": self.depth, "draft_tree_top_k": self.top_k}
 
 
+# tree sizes tried: every size up to 8, then the verification widths a machine is probed at (2^i) and a few between
+TREE_SIZES = (*range(2, 9), 10, 12, 15, 16, 20, 24, 31, 32, 40, 48, 63, 64, 96, 127, 128)
+
+
 def candidate_shapes(max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8)) -> list[DraftShape]:
     """Plain decoding, chains of 1..`max_depth`, and trees of every depth up to `max_depth` with `top_k` children
-    and sizes doubling from `top_k` up to `max_size` nodes."""
+    and the `TREE_SIZES` up to `max_size` nodes (at least one node per level)."""
     shapes = [DraftShape()]
     shapes += [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
     for top_k in top_ks:
         for depth in range(1, max_depth + 1):
-            size = top_k
-            while size <= max_size:
-                if size >= depth:  # every level holds a node
-                    shapes.append(DraftShape(size, depth, top_k))
-                size *= 2
+            shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
     return shapes
 
 
@@ -115,37 +115,51 @@ class DepthAcceptance:
         return cls(max_rank=int(values["max_rank"]), max_depth=len(counts), counts=counts, **kwargs)
 
 
-def expected_tokens(shape: DraftShape, acceptance: DepthAcceptance) -> float:
-    """E(s): tokens a round of `shape` yields per row (accepted drafts + the target's own token).
+def tokens_by_size(acceptance: DepthAcceptance, depth: int, top_k: int, max_size: int) -> list[float]:
+    """E of the trees of `depth` levels and `top_k` children for every size 0..`max_size` (index = size).
 
-    The tree's nodes go, one at a time, to the depth where one more child of the true path's node adds most to E
-    (a node at depth j needs one at j - 1; at most `top_k` per depth) — the likeliest-first keep of a dynamic tree,
-    seen along the path that the target takes."""
-    if shape.is_plain:
-        return 1.0
-    children = [0] * shape.depth
-
-    def tokens(ms: list[int]) -> float:
-        total, reach = 1.0, 1.0
-        for j, m in enumerate(ms, start=1):
-            reach *= acceptance.coverage(j, m)
-            total += reach
-        return total
-
-    for _ in range(shape.size):
-        best, best_gain = None, -1.0
-        for j in range(shape.depth):
-            if children[j] >= shape.top_k or (j > 0 and children[j - 1] == 0):
+    The nodes go, one at a time, to the depth where one more child of the true path's node adds most to E (a node
+    at depth j needs one at j - 1; at most `top_k` per depth) — the likeliest-first keep of a dynamic tree, seen along
+    the path that the target takes. One pass serves every size: the allocation for size n + 1 extends the one for n.
+    """
+    table = [[acceptance.coverage(j, m) for m in range(top_k + 1)] for j in range(1, depth + 1)]
+    children = [0] * depth
+    reach = [0.0] * depth  # reach[j]: the path gets past depth j + 1, Π_{l≤j} c_l(m_l)
+    sizes = [1.0]
+    for _ in range(max_size):
+        suffix, best, best_gain = 0.0, None, -1.0
+        tail = [0.0] * (depth + 1)  # tail[j] = Σ_{i≥j} reach[i]
+        for j in range(depth - 1, -1, -1):
+            suffix += reach[j]
+            tail[j] = suffix
+        for j in range(depth):
+            m = children[j]
+            if m >= top_k or (j > 0 and children[j - 1] == 0):
                 continue
-            trial = children.copy()
-            trial[j] += 1
-            gain = tokens(trial) - tokens(children)
+            before = 1.0 if j == 0 else reach[j - 1]
+            if m == 0:
+                gain = before * table[j][1]  # the first node at this depth: only its own term
+            else:
+                gain = (table[j][m + 1] / table[j][m] - 1.0) * tail[j] if table[j][m] > 0 else before * table[j][m + 1]
             if gain > best_gain + 1e-12:
                 best, best_gain = j, gain
         if best is None:
-            break
+            sizes.append(sizes[-1])
+            continue
         children[best] += 1
-    return tokens(children)
+        running = 1.0
+        for j in range(depth):
+            running *= table[j][children[j]]
+            reach[j] = running
+        sizes.append(1.0 + sum(reach))
+    return sizes
+
+
+def expected_tokens(shape: DraftShape, acceptance: DepthAcceptance) -> float:
+    """E(s): tokens a round of `shape` yields per row (accepted drafts + the target's own token)."""
+    if shape.is_plain:
+        return 1.0
+    return tokens_by_size(acceptance, shape.depth, shape.top_k, shape.size)[shape.size]
 
 
 @dataclass(frozen=True)
@@ -207,10 +221,16 @@ def choose_shape(
     plain_speed = costs.batch_size / costs.verify_time(1)
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
-    for shape in candidates:
-        if shape.is_plain or shape.size + 1 > len(costs.verify) or shape.top_k > len(costs.draft):
-            continue  # only shapes whose costs were measured
-        tokens = 1.0 + calibration * (expected_tokens(shape, acceptance) - 1.0)
+    measured = [
+        s for s in candidates if not s.is_plain and s.size + 1 <= len(costs.verify) and s.top_k <= len(costs.draft)
+    ]
+    families = {}  # (depth, top_k) -> E by size, one pass each
+    for shape in measured:
+        key = (shape.depth, shape.top_k)
+        families[key] = max(families.get(key, 0), shape.size)
+    tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
+    for shape in measured:
+        tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
         speed = costs.batch_size * tokens / round_time(shape, costs, tokens)
         predictions[str(shape)] = speed
         if speed > best_speed * (1 + 1e-9):
@@ -218,11 +238,134 @@ def choose_shape(
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
 
 
+class CostLog:
+    """Round costs measured at one batch size as calls decode: the target's verification by width (tokens per row)
+    and the drafter's step by nodes per row, each the median of its last `keep` observations."""
+
+    def __init__(self, batch_size: int, keep: int = 9):
+        self.batch_size, self.keep = batch_size, keep
+        self.verify: dict[int, list[float]] = {}
+        self.draft: dict[int, list[float]] = {}
+
+    def add(self, table: dict, width: int, seconds: float) -> None:
+        times = table.setdefault(int(width), [])
+        times.append(float(seconds))
+        del times[: -self.keep]
+
+    def add_verify(self, width: int, seconds: float) -> None:
+        self.add(self.verify, width, seconds)
+
+    def add_draft(self, nodes: int, seconds: float) -> None:
+        self.add(self.draft, nodes, seconds)
+
+    @staticmethod
+    def curve(table: dict) -> tuple[float, ...]:
+        """1..the widest measured width: medians, linear between measured widths, never decreasing."""
+        points = {w: sorted(t)[len(t) // 2] for w, t in table.items() if t}
+        widths = sorted(points)
+        values, best = [], 0.0
+        for n in range(1, widths[-1] + 1):
+            low = max((w for w in widths if w <= n), default=widths[0])
+            high = min(w for w in widths if w >= n)
+            value = (
+                points[low] if high == low else points[low] + (n - low) / (high - low) * (points[high] - points[low])
+            )
+            best = max(best, value)
+            values.append(best)
+        return tuple(values)
+
+    def costs(self) -> RoundCosts | None:
+        """The measured curves, or None before one plain round (width 1) and one drafter step were seen."""
+        if 1 not in self.verify or not self.draft:
+            return None
+        return RoundCosts(self.batch_size, self.curve(self.verify), self.curve(self.draft))
+
+
+class ShapeTuner:
+    """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
+
+    The first rounds measure what is not yet known at this batch size: a plain round (width 1), then rounds of
+    `probe_sizes` nodes (the best shape of each size under the acceptance known so far), widest last, stopping at the
+    first width that costs more than the most tokens a round could yield there. From then on every `every` rounds the
+    best candidate is chosen again from the measured costs (`CostLog`, shared by every call at this batch size),
+    the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
+    how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
+    code after chat) moves the choice."""
+
+    def __init__(
+        self,
+        log: CostLog,
+        acceptance: DepthAcceptance,
+        start: DraftShape,
+        probe_sizes: tuple[int, ...] = (1, 3, 7, 15, 31, 63),
+        every: int = 8,
+        top_ks: tuple[int, ...] = (2, 4, 8),
+    ):
+        self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
+        self.probes = [size for size in probe_sizes if size + 1 not in log.verify]
+        self.shape, self.rounds = start, 0
+        self.predicted = self.accepted = 0.0
+        self.choice: ShapeChoice | None = None
+
+    @property
+    def calibration(self) -> float:
+        """Accepted / predicted drafted tokens over this call's rounds (1 until there are some)."""
+        return self.accepted / self.predicted if self.predicted >= 4 else 1.0
+
+    def next_shape(self) -> DraftShape:
+        """The shape of the coming round."""
+        if 1 not in self.log.verify:
+            return DraftShape()
+        if self.probes:
+            probe = self.best_of_size(self.probes[0])
+            if self.may_pay(probe):
+                return probe
+            self.probes.clear()  # wider rounds cost more still: none of them can pay here
+        if self.choice is None or self.rounds % self.every == 0:
+            costs = self.log.costs()
+            if costs is not None:
+                widest = max(self.log.verify) - 1
+                candidates = candidate_shapes(widest, self.acceptance.max_depth, self.top_ks)
+                self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
+                self.shape = self.choice.shape
+        return self.shape
+
+    def may_pay(self, probe: DraftShape) -> bool:
+        """Whether a round of `probe` could beat plain decoding: the widest round measured so far (no wider than the
+        probe, so no dearer) costs less than the tokens the probe is expected to yield, in plain rounds."""
+        costs = self.log.costs()
+        if costs is None:
+            return True
+        widest = max(self.log.verify)
+        return costs.verify_time(widest) < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
+
+    def best_of_size(self, size: int) -> DraftShape:
+        shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
+        return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
+
+    def observe(self, shape: DraftShape, verify_seconds: float, draft_steps: list, accepted: int) -> None:
+        """One round of `shape`: its verification time, its drafter steps as (nodes per row, seconds), and the
+        drafted tokens the target accepted (per row, averaged over the batch)."""
+        self.rounds += 1
+        self.log.add_verify(shape.size + 1, verify_seconds)
+        for nodes, seconds in draft_steps:
+            self.log.add_draft(max(1, round(nodes)), seconds)
+        if self.probes and shape.size == self.probes[0]:
+            self.probes.pop(0)
+        if not shape.is_plain:
+            self.predicted += expected_tokens(shape, self.acceptance) - 1.0
+            self.accepted += accepted
+
+
 __all__ = [
+    "CostLog",
+    "ShapeTuner",
     "DraftShape",
     "candidate_shapes",
+    "TREE_SIZES",
     "DepthAcceptance",
     "expected_tokens",
+    "tokens_by_size",
     "RoundCosts",
     "round_time",
     "ShapeChoice",
