@@ -327,3 +327,89 @@ def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):
     assert summary[0.0, 2, "low"]["identical"] == "2/2" and summary[0.0, 1, "low+tree4/2/2"]["identical"] == "5/5"
     assert summary[0.8, 2, "low"]["identical"] is None and summary[0.8, 2, "target"]["speedup"] == pytest.approx(1.0)
     assert len(sweep["rows"]) == 2 * (5 + 2) * 3  # temperatures × (batches of 1 + batches of 2) × systems
+
+
+def test_merged_drafters_multiply_out_low_rank_heads_only():
+    """`add_merged_drafters`: after each low-rank drafter a distinct copy with a dense head giving the same logits;
+    other heads are not merged; no low-rank drafter, or a taken name, is refused."""
+    import torch
+
+    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, _check_benchmark_inputs, add_merged_drafters
+    from slimspec_hf.heads_slimspec import FullHead, LowRankHead
+
+    target = make_tiny_target(eos_token_id=1)
+    low, full = _drafter(target, 2), _drafter(target, 2, seed=2, head_type="full")
+    drafters, merged_from = add_merged_drafters({"low": low, "full": full})
+    assert list(drafters) == ["low", "low-merged", "full"] and merged_from == {"low-merged": "low"}
+    merged = drafters["low-merged"]
+    assert merged is not low and isinstance(merged.lm_head, FullHead) and merged.config.head_type == "full"
+    assert isinstance(low.lm_head, LowRankHead) and low.config.head_type == "low_rank"  # the original is untouched
+    states = torch.randn(2, 3, low.config.hidden_size)
+    torch.testing.assert_close(merged.compute_logits(states), low.compute_logits(states), rtol=1e-5, atol=1e-5)
+    # the reference: a trained full head before any merged one
+    assert _check_benchmark_inputs(drafters, [{}], BenchmarkSettings(), merged_from) == "full"
+    assert _check_benchmark_inputs({"low-merged": merged}, [{}], BenchmarkSettings(), merged_from) == "low-merged"
+    with pytest.raises(ValueError, match=r"--merged-head.*no drafter has one.*'full': 'full'"):
+        add_merged_drafters({"full": full})
+    with pytest.raises(ValueError, match=r"\['low-merged'\] is already a drafter's name"):
+        add_merged_drafters({"low": low, "low-merged": full})
+
+
+def test_bench_merged_head_row_drafts_the_same_and_is_the_reference(tmp_path):
+    """`--merged-head` without a trained full head: the row low-merged (head "full (merged)") drafts what low drafts
+    (fp32 greedy: the same τ, round for round) and is the reference of ρτ and ν; the target-head drafter is not
+    merged, and the merged row gets no model-card entry."""
+    import torch
+
+    target = make_tiny_target(eos_token_id=1)
+    low = _drafter(target, 3)
+    with torch.no_grad():  # the target always says token 0; the drafter drafts it about half the time: τ says which
+        target.lm_head.weight.zero_()
+        low.lm_head.up.weight[0] *= -10
+    target_dir, low_dir, borrowed_dir, out = (tmp_path / n for n in ("target", "low", "borrowed", "out"))
+    target.save_pretrained(target_dir)
+    make_char_tokenizer().save_pretrained(target_dir)
+    low.save_pretrained(low_dir)
+    _drafter(target, 3, seed=2, head_type="target").save_pretrained(borrowed_dir)
+    argv = ["--target", str(target_dir), "--drafter", str(low_dir), "--drafter", str(borrowed_dir), "--merged-head"]
+    argv += ["--data", str(_questions_file(tmp_path / "q.jsonl")), "--categories", "qa", "translation"]
+    argv += ["--temperatures", "0", "--max-new-tokens", "12", "--dtype", "float32", "--output-dir", str(out)]
+    argv += ["--timing-repeats", "2", "--context-length", "16", "--no-progress"]
+    assert main(argv) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["systems"] == ["target", "low", "low-merged", "borrowed"]
+    assert report["config"]["merged_heads"] == {"low-merged": "low"}
+    assert report["config"]["reference"] == "low-merged"
+    costs = report["head_costs"]
+    assert costs["low-merged"]["head"] == "full (merged)" and costs["low-merged"]["merged_from"] == "low"
+    assert costs["low-merged"]["head_type"] == "full" and costs["low"]["head"].startswith("low_rank r=")
+    assert costs["borrowed"]["head"] == "target" and "merged_from" not in costs["borrowed"]
+    rounds = {}
+    for r in report["records"]:
+        if r["stats"] is not None:
+            rounds.setdefault(r["question_id"], {})[r["system"]] = (
+                r["stats"]["accepted_tokens"],
+                r["stats"]["rounds"],
+            )
+    assert all(by_system["low-merged"] == by_system["low"] for by_system in rounds.values()), rounds
+    overall = {r["system"]: r for r in report["results"] if r["category"] == OVERALL}
+    assert 1.2 < overall["low"]["tau"] < 3.8  # some drafts accepted, some not
+    assert overall["low-merged"]["tau"] == overall["low"]["tau"] and overall["low"]["rho_tau"] == 1.0
+    # ν and κ against the merged head inside its own drafter step
+    assert overall["low"]["nu"] == pytest.approx(costs["low"]["t_head"] / costs["low-merged"]["t_head"])
+    kappa_ref = 3 * costs["low-merged"]["t_head"] / costs["low-merged"]["t_non_head"]
+    assert overall["borrowed"]["kappa"] == pytest.approx(kappa_ref) and overall["low-merged"]["nu"] == 1.0
+    assert set(report["model_index"]) == {"low", "borrowed"}
+    markdown = (out / "results.md").read_text()
+    assert "| low-merged | full (merged) |" in markdown and "Against the merged head `low-merged`" in markdown
+
+
+def test_bench_merged_head_needs_a_low_rank_drafter(tmp_path):
+    target = make_tiny_target(eos_token_id=1)
+    target_dir, full_dir = tmp_path / "target", tmp_path / "full"
+    target.save_pretrained(target_dir)
+    make_char_tokenizer().save_pretrained(target_dir)
+    _drafter(target, 2, head_type="full").save_pretrained(full_dir)
+    argv = ["--target", str(target_dir), "--drafter", str(full_dir), "--merged-head", "--no-progress"]
+    with pytest.raises(ValueError, match="merges low-rank heads, but no drafter has one"):
+        main(argv + ["--data", str(_questions_file(tmp_path / "q.jsonl")), "--output-dir", str(tmp_path / "out")])

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..evaluation.benchmark import (
     DATASETS,
     BenchmarkSettings,
+    add_merged_drafters,
     default_questions_path,
     load_questions,
     render_markdown,
@@ -49,7 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--drafter", action="append", default=[], metavar="PATH", help="drafter folder or Hub id (repeatable)"
     )
     p.add_argument("--name", action="append", default=None, help="display name per --drafter (default: folder name)")
-    p.add_argument("--reference", default=None, help="name of the full-head drafter ρτ and ν refer to")
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="name of the drafter ρτ and ν refer to (default: the first full-head drafter, else the first merged one)",
+    )
+    p.add_argument(
+        "--merged-head",
+        action="store_true",
+        help="also run every low-rank drafter NAME with its head W_up·W_down multiplied out into one dense V×d head "
+        "(row NAME-merged, head 'full (merged)': the same drafts at a full head's cost); without a trained full-head "
+        "drafter it is the reference of ρτ and ν",
+    )
     p.add_argument(
         "--prompt-lookup",
         nargs="?",
@@ -206,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{name}-{i}"
         drafters[name] = drafter
     if args.batch_sizes is not None:
+        if args.merged_head:  # batched rows have no reference: the merged rows sit beside the others
+            drafters, _ = add_merged_drafters(drafters)
         return batch_sweep(args, target, tokenizer, drafters, questions)
+    merged = sum(d.config.head_type == "low_rank" for d in drafters.values()) if args.merged_head else 0
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),
         1
-        + len(drafters)
+        + (len(drafters) + merged)
         * (1 + len(args.confidence_threshold) + (1 + len(args.draft_tree)) * (1 + args.draft_lookup) - 1)
         + bool(args.prompt_lookup),
         len(args.temperatures),
@@ -228,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         confidence_thresholds=tuple(args.confidence_threshold),
         draft_lookup=args.draft_lookup,
         draft_trees=tuple(args.draft_tree),
+        merged_head=args.merged_head,
         reference=args.reference,
         context_length=args.context_length,
         timing_repeats=args.timing_repeats,

@@ -6,8 +6,11 @@ back, in an order rotated from prompt to prompt, so that all systems share the m
 greedy and at temperature 1 (`--temperatures`; sampled with `--top-p` and no top-k cut, seeded identically across
 systems), `--repeats` times; a prompt's time is the median over repeats. Per category and overall: tokens/s =
 Σ tokens / Σ time, speed-up over the target alone on the same prompts, τ pooled over all rounds, and ρτ against a
-full-head reference drafter when one is given. The drafter-step breakdown (T_head, T_head_full, T_backbone,
-T_verify → ν, κ) is measured for each drafter. Batches against plain batched `generate()`: `batching.py`.
+full-head reference drafter when one is given. With `merged_head`, every low-rank drafter NAME also runs as
+NAME-merged, its head W_up·W_down multiplied out into one dense V×d head (`with_merged_head`: the same drafts at a
+full head's cost), which serves as the reference when no trained full-head drafter is benchmarked. The drafter-step
+breakdown (T_head, T_head_full, T_backbone, T_verify → ν, κ) is measured for each drafter. Batches against plain
+batched `generate()`: `batching.py`.
 
 Writes `results.json` (everything, including `model_index` entries for the model card), `results.md` and PNG
 plots to `--output-dir`.
@@ -41,6 +44,7 @@ PACKAGED_DATASETS = {"spec_bench": "spec_bench.jsonl", "mt_bench": "mt_bench.jso
 # Spec-Bench reports its MT-Bench questions (ids 81-160) as one category.
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 OVERALL = "overall"
+MERGED_SUFFIX = "-merged"
 
 
 def report_category(category: str, dataset: str = "spec_bench") -> str:
@@ -98,6 +102,43 @@ def load_questions(
                 kept.append(q)
         questions = kept
     return questions
+
+
+def add_merged_drafters(drafters: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The drafters with, right after every low-rank drafter NAME, NAME-merged: a copy whose head is W_up·W_down
+    multiplied out into one dense V×d head (`with_merged_head`), so the same drafts at a full head's cost. Drafters
+    with another head are kept as they are (there is nothing to merge). Returns the drafters and
+    `{NAME-merged: NAME}`; raises when none has a low-rank head or a merged name is already taken."""
+    from ..heads_slimspec import with_merged_head
+
+    low_rank = [name for name, drafter in drafters.items() if drafter.config.head_type == "low_rank"]
+    if not low_rank:
+        heads = {name: drafter.config.head_type for name, drafter in drafters.items()}
+        raise ValueError(
+            f"`merged_head` (--merged-head) merges low-rank heads, but no drafter has one (heads: {heads}); add a "
+            "low-rank drafter or drop it."
+        )
+    taken = [f"{name}{MERGED_SUFFIX}" for name in low_rank if f"{name}{MERGED_SUFFIX}" in drafters]
+    if taken:
+        raise ValueError(
+            f"`merged_head` (--merged-head) names its rows NAME{MERGED_SUFFIX}, but {taken} is already a drafter's "
+            "name; rename that drafter (--name)."
+        )
+    merged: dict[str, Any] = {}
+    merged_from = {}
+    for name, drafter in drafters.items():
+        merged[name] = drafter
+        if name in low_rank:
+            merged[f"{name}{MERGED_SUFFIX}"] = with_merged_head(drafter)
+            merged_from[f"{name}{MERGED_SUFFIX}"] = name
+    return merged, merged_from
+
+
+def head_label(head_type: str, head_rank: int | None = None, merged_from: str | None = None) -> str:
+    """How tables name a head: `low_rank r=80`, `full`, `full (merged)` for a low-rank head multiplied out."""
+    if merged_from is not None:
+        return f"{head_type} (merged)"
+    return head_type + (f" r={head_rank}" if head_type == "low_rank" else "")
 
 
 @dataclass
@@ -189,7 +230,9 @@ class BenchmarkSettings:
     confidence_thresholds: tuple[float, ...] = ()
     draft_lookup: bool = False
     draft_trees: tuple[tuple[int, int, int], ...] = ()
-    reference: str | None = None  # the full-head drafter ρτ and ν are relative to; None: the first full head
+    merged_head: bool = False  # also each low-rank drafter NAME merged into a dense head, as NAME-merged
+    reference: str | None = None  # the drafter ρτ and ν are relative to; None: the first trained full head, else
+    # the first merged one
     # drafter-step breakdown (`measure_round_costs`)
     context_length: int = 256
     timing_repeats: int = 20
@@ -203,11 +246,12 @@ def run_benchmark(
 ) -> dict:
     """Runs every system on every question, interleaved; returns the results dict `write_outputs` writes.
 
-    `settings.reference` names the full-head drafter that ρτ and ν are relative to (default: the first drafter
-    whose `head_type` is "full", if any).
+    `settings.reference` names the drafter that ρτ and ν are relative to (default: the first drafter trained with
+    a full head; without one, with `settings.merged_head`, the first merged head; else none).
     """
     settings = settings if settings is not None else BenchmarkSettings()
-    reference = _check_benchmark_inputs(drafters, questions, settings)
+    drafters, merged_from = add_merged_drafters(drafters) if settings.merged_head else (dict(drafters), {})
+    reference = _check_benchmark_inputs(drafters, questions, settings, merged_from)
     systems = build_systems(
         drafters,
         settings.prompt_lookup,
@@ -223,7 +267,7 @@ def run_benchmark(
     for system in systems:
         _generate(target, system, encoded[0], min(8, settings.max_new_tokens), 0.0, settings.seed, pad_id)
     records = _run_interleaved(target, systems, questions, encoded, settings, pad_id)
-    head_costs = _measure_head_costs(target, drafters, settings)
+    head_costs = _measure_head_costs(target, drafters, settings, merged_from)
 
     results = aggregate(records, [s.name for s in systems], settings.temperatures, reference)
     kappas = [c["kappa"] for c in head_costs.values()]
@@ -231,20 +275,30 @@ def run_benchmark(
     drafter_of = {s.name: s.base for s in systems if s.kind == "drafter"}
     _add_predictions(results, head_costs, kappa_measured, reference, drafter_of)
     dataset_name = DATASET_NAMES.get(settings.dataset, settings.dataset)
+    shipped = {name: base for name, base in drafter_of.items() if base not in merged_from}  # a merged head has no card
+    config = _benchmark_config(target, drafters, systems, len(questions), settings, reference)
+    config["merged_heads"] = merged_from
+    for name, source in merged_from.items():
+        config["drafters"][name] = f"{config['drafters'][source]} (head merged)"
     return {
-        "config": _benchmark_config(target, drafters, systems, len(questions), settings, reference),
+        "config": config,
         "results": results,
         "head_costs": head_costs,
         "kappa": kappa_measured,
-        "model_index": model_index(results, head_costs, drafter_of, dataset_name, reference),
+        "model_index": model_index(results, head_costs, shipped, dataset_name, reference),
         "records": records,
     }
 
 
 def _check_benchmark_inputs(
-    drafters: dict[str, Any], questions: list[dict], settings: BenchmarkSettings
+    drafters: dict[str, Any],
+    questions: list[dict],
+    settings: BenchmarkSettings,
+    merged_from: Mapping[str, str] | None = None,
 ) -> str | None:
-    """Refuses settings `run_benchmark` cannot run; returns the reference drafter's name (None without one)."""
+    """Refuses settings `run_benchmark` cannot run; returns the reference drafter's name (None without one): the
+    given one, else the first trained full head, else the first merged one."""
+    merged_from = merged_from or {}
     if settings.repeats < 1:
         raise ValueError(f"`repeats` must be at least 1, got {settings.repeats}.")
     if settings.max_new_tokens < 1:
@@ -254,7 +308,8 @@ def _check_benchmark_inputs(
     if not questions:
         raise ValueError("No questions to benchmark: check `--categories` and `--limit`.")
     if settings.reference is None:
-        return next((n for n, d in drafters.items() if d.config.head_type == "full"), None)
+        trained = [n for n, d in drafters.items() if d.config.head_type == "full" and n not in merged_from]
+        return next(iter(trained + list(merged_from)), None)
     if settings.reference not in drafters:
         raise ValueError(f"`reference` ({settings.reference!r}) is not one of the drafters: {list(drafters)}.")
     return settings.reference
@@ -299,8 +354,12 @@ def _run_interleaved(
     return records
 
 
-def _measure_head_costs(target, drafters: dict[str, Any], settings: BenchmarkSettings) -> dict[str, dict]:
-    """Per drafter, the drafter-step breakdown of `measure_round_costs` with its head's type and rank."""
+def _measure_head_costs(
+    target, drafters: dict[str, Any], settings: BenchmarkSettings, merged_from: Mapping[str, str] | None = None
+) -> dict[str, dict]:
+    """Per drafter, the drafter-step breakdown of `measure_round_costs` with its head's type, rank and label (and,
+    for a merged head, the drafter it was merged from)."""
+    merged_from = merged_from or {}
     head_costs = {}
     for name, drafter in drafters.items():
         head_costs[name] = measure_round_costs(
@@ -312,6 +371,11 @@ def _measure_head_costs(target, drafters: dict[str, Any], settings: BenchmarkSet
         )
         head_costs[name]["head_type"] = drafter.config.head_type
         head_costs[name]["head_rank"] = getattr(drafter.config, "head_rank", None)
+        head_costs[name]["head"] = head_label(
+            drafter.config.head_type, head_costs[name]["head_rank"], merged_from.get(name)
+        )
+        if name in merged_from:
+            head_costs[name]["merged_from"] = merged_from[name]
     return head_costs
 
 
@@ -406,8 +470,9 @@ def _add_predictions(
     """The cost model's speed-up over the reference, ρτ·(1+κ)/(1+νκ), next to the measured one.
 
     ν and κ both refer to the reference drafter's own head: ν = T_head / T_head(reference) and
-    κ = k·T_head(reference) / T_non_head(reference), so that ν·κ is the drafter's head share (a synthetic dense
-    head, what `kappa` measures, can be slower than a trained full head stored column-major). `kappa` is used only
+    κ = k·T_head(reference) / T_non_head(reference), each T_head the head inside that drafter's own step breakdown,
+    so that ν·κ is the drafter's head share (a synthetic dense head, what `kappa` measures, can be slower than a
+    trained or merged full head stored column-major). `kappa` is used only
     where the reference's costs lack the breakdown. `drafter_of` maps a system to the drafter whose head costs it
     has (variants share their drafter's)."""
     if reference is None or reference not in head_costs:
@@ -495,7 +560,8 @@ def render_markdown(report: dict) -> str:
         lines += [f"## Temperature {temperature:g}{sampled}", ""]
         lines += _markdown_category_table(rows, cfg["systems"])
         if cfg.get("reference"):
-            lines += _markdown_reference_table(rows, cfg["reference"])
+            merged_from = (cfg.get("merged_heads") or {}).get(cfg["reference"])
+            lines += _markdown_reference_table(rows, cfg["reference"], merged_from)
     if report["head_costs"]:
         lines += _markdown_head_costs(report["head_costs"])
     return "\n".join(lines)
@@ -517,11 +583,17 @@ def _markdown_category_table(rows: list[dict], systems: list[str]) -> list[str]:
     return lines
 
 
-def _markdown_reference_table(rows: list[dict], reference: str) -> list[str]:
+def _markdown_reference_table(rows: list[dict], reference: str, merged_from: str | None = None) -> list[str]:
     """One temperature's comparison with the full-head reference (overall): ρτ, ν, κ, measured and predicted
-    speed-up."""
+    speed-up. A merged reference says so: it is not a trained full head."""
+    what = (
+        f"the merged head `{reference}` (`{merged_from}`'s W_up·W_down multiplied out: its drafts, a dense head's "
+        "cost; not a trained full head)"
+        if merged_from
+        else f"the full-head reference `{reference}`"
+    )
     lines = [
-        f"Against the full-head reference `{reference}` (overall): ",
+        f"Against {what} (overall): ",
         "",
         "| drafter | ρτ | ν | κ | measured speed-up | predicted ρτ(1+κ)/(1+νκ) |",
         "|---|---|---|---|---|---|",
@@ -544,20 +616,21 @@ def _markdown_reference_table(rows: list[dict], reference: str) -> list[str]:
 
 def _markdown_head_costs(head_costs: dict[str, dict]) -> list[str]:
     """The drafter-step breakdown section: per drafter its head, T_head, T_head_full, T_backbone, T_verify (ms),
-    ν and κ."""
+    ν and κ (against the synthetic dense head T_head_full)."""
     k = next(iter(head_costs.values()))
     lines = [
         "## Drafter-step breakdown",
         "",
         f"Synthetic inputs of the real shapes, {k['context_length']} cached positions, k = "
         f"{k['num_assistant_tokens']}; medians in ms. T_non_head = T_verify + k·T_backbone; "
-        "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full.",
+        "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full, T_head_full a random dense V×d head timed in "
+        "the same round-robin (the reference table's ν is against the reference's own head instead).",
         "",
         "| drafter | head | T_head | T_head_full | T_backbone | T_verify | ν | κ |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, c in head_costs.items():
-        head = c["head_type"] + (f" r={c['head_rank']}" if c["head_type"] == "low_rank" else "")
+        head = c.get("head") or head_label(c["head_type"], c.get("head_rank"), c.get("merged_from"))
         lines.append(
             f"| {name} | {head} | {_fmt(1e3 * c['t_head'], 3)} | {_fmt(1e3 * c['t_head_full'], 3)} | "
             f"{_fmt(1e3 * c['t_backbone'], 3)} | {_fmt(1e3 * c['t_verify'], 3)} | {_fmt(c['nu'], 3)} | "
@@ -649,6 +722,8 @@ __all__ = [
     "report_category",
     "System",
     "build_systems",
+    "add_merged_drafters",
+    "head_label",
     "BenchmarkSettings",
     "run_benchmark",
     "aggregate",
