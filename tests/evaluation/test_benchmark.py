@@ -284,18 +284,13 @@ def test_draft_tree_flag_parses_shapes_and_refuses_others(capsys):
         )
 
 
-@pytest.mark.parametrize("flag", ["--num-assistant-tokens", "-k", "--num-speculative-tokens"])
-def test_draft_length_flag_and_its_deprecated_alias_set_num_assistant_tokens(flag):
+@pytest.mark.parametrize("flag", ["--num-assistant-tokens", "-k"])
+def test_draft_length_flag_sets_num_assistant_tokens(flag):
     from slimspec_hf.commands.bench import build_parser
 
     assert build_parser().parse_args([]).num_assistant_tokens is None  # each drafter's own
-    if flag == "--num-speculative-tokens":  # the old spelling: still parsed, with a warning, hidden from --help
-        with pytest.warns(FutureWarning, match="--num-assistant-tokens"):
-            args = build_parser().parse_args([flag, "3"])
-        assert flag not in build_parser().format_help()
-    else:
-        args = build_parser().parse_args([flag, "3"])
-    assert args.num_assistant_tokens == 3 and not hasattr(args, "num_speculative_tokens")
+    args = build_parser().parse_args([flag, "3"])
+    assert args.num_assistant_tokens == 3
 
 
 def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):

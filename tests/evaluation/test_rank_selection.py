@@ -234,11 +234,9 @@ def test_load_head_weight(tmp_path):
         load_head_weight(tmp_path)
 
 
-def test_choose_rank_takes_the_draft_length_under_its_old_flag_too():
+def test_choose_rank_takes_the_draft_length():
     from slimspec_hf.commands.choose_rank import build_parser
 
     assert build_parser().parse_args(["-k", "4"]).num_assistant_tokens == 4
+    assert build_parser().parse_args(["--num-assistant-tokens", "3"]).num_assistant_tokens == 3
     assert build_parser().parse_args([]).num_assistant_tokens == 6
-    with pytest.warns(FutureWarning, match="--num-speculative-tokens"):
-        args = build_parser().parse_args(["--num-speculative-tokens", "3"])
-    assert args.num_assistant_tokens == 3

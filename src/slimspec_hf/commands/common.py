@@ -16,7 +16,6 @@ import functools
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -150,33 +149,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, dtype_default: str = 
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine)")
 
 
-class _DeprecatedOption(argparse.Action):
-    """A hidden old spelling of an option: stores into the new option's destination and warns."""
-
-    def __init__(self, option_strings, dest, new_option: str, **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new_option = new_option
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        warnings.warn(
-            f"`{option_string}` is deprecated; use `{self.new_option}` (same meaning).", FutureWarning, stacklevel=2
-        )
-        setattr(namespace, self.dest, values)
-
-
 def add_draft_length_argument(parser: argparse.ArgumentParser, default: int | None, help: str) -> None:
-    """`--num-assistant-tokens` / `-k`, the tokens drafted per round (transformers' `num_assistant_tokens`). The old
-    spelling `--num-speculative-tokens` still parses into it, hidden from `--help`, with a deprecation warning."""
+    """`--num-assistant-tokens` / `-k`, the tokens drafted per round (transformers' `num_assistant_tokens`)."""
     parser.add_argument("--num-assistant-tokens", "-k", type=int, default=default, help=help)
-    parser.add_argument(
-        "--num-speculative-tokens",
-        dest="num_assistant_tokens",
-        type=int,
-        default=argparse.SUPPRESS,
-        action=_DeprecatedOption,
-        new_option="--num-assistant-tokens",
-        help=argparse.SUPPRESS,
-    )
 
 
 def load_models(
