@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings
     from slimspec_hf.interop.model_card import CARD_INPUTS_FILE, read_results, write_model_card
     from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR
 

@@ -7,8 +7,7 @@ row; sampled rows follow the target's exact distribution (χ²), and both fail w
 import pytest
 import torch
 
-from slimspec_hf import decoding_slimspec, verification_slimspec
-from slimspec_hf.generation_slimspec import SlimSpecGenerationStats
+from slimspec_hf import SlimSpecGenerationStats, decoding_slimspec, verification_slimspec
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 from .families import FAMILIES, WINDOW, make_family_target
@@ -233,7 +232,7 @@ def test_batched_greedy_on_the_real_smollm2_equals_plain_batched_greedy(embedded
 
 
 def test_draft_batched_settings_apply_to_batches_only():
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings
 
     target = make_counting_target()
     drafter = make_counting_drafter(target)

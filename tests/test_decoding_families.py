@@ -6,8 +6,7 @@ exact distribution (χ²) on the sliding-window families, where trees see only e
 import pytest
 import torch
 
-from slimspec_hf import decoding_slimspec
-from slimspec_hf.generation_slimspec import SlimSpecGenerationStats
+from slimspec_hf import SlimSpecGenerationStats, decoding_slimspec
 
 from .conftest import make_tiny_drafter
 from .families import FAMILIES, SLIDING_FAMILIES, WINDOW, make_family_target

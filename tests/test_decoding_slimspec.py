@@ -7,11 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from slimspec_hf import decoding_slimspec, drafting_slimspec
+from slimspec_hf import DraftSettings, SlimSpecGenerationStats, decoding_slimspec, drafting_slimspec
 from slimspec_hf.cache_slimspec import SlimSpecDrafterCache
 from slimspec_hf.decoding_slimspec import SpeculativeDecoder, TargetLogits, plain_lm_head, slimspec_generate
 from slimspec_hf.drafting_slimspec import ROOT, DecodingSequence
-from slimspec_hf.generation_slimspec import DraftSettings, SlimSpecGenerationStats
 
 from .conftest import REPO_ROOT, make_tiny_drafter, make_tiny_target
 from .test_generation import (

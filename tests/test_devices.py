@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from slimspec_hf import SlimSpecDrafterForCausalLM
-from slimspec_hf.generation_slimspec import check_drafter_placement
+from slimspec_hf.verification_slimspec import check_drafter_placement
 
 from .conftest import make_tiny_drafter, make_tiny_target, run_without_package
 from .test_generation import CHI2_999, HEAD_CONFIGS, _chi_square, _exact_marginals

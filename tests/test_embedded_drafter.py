@@ -107,7 +107,7 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
 def test_shipped_settings_for_greedy_sampling_and_batches():
     from transformers import GenerationConfig
 
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings
 
     shipped = GenerationConfig.from_pretrained(EMBEDDED_DRAFTER_DIR)
     greedy = DraftSettings.resolve(shipped, do_sample=False)

@@ -1,6 +1,5 @@
 """`target.generate(**inputs, assistant_model=drafter)`: lossless greedy and sampling, validation, the seam."""
 
-import json
 import math
 import os
 import warnings
@@ -12,8 +11,14 @@ import transformers.generation.utils
 from transformers import GenerationMixin, LlamaForCausalLM, TextStreamer
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
-from slimspec_hf import SlimSpecDrafterForCausalLM, decoding_slimspec, drafting_slimspec, install_generation_hook
-from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS, SlimSpecGenerationStats
+from slimspec_hf import (
+    SlimSpecDrafterForCausalLM,
+    SlimSpecGenerationStats,
+    decoding_slimspec,
+    drafting_slimspec,
+    install_generation_hook,
+)
+from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS
 
 from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target, tiny_target_config
 from .families import make_family_target
@@ -690,6 +695,43 @@ def test_the_seam_binds_what_it_relies_on_by_name():
     assert "streamer" in usual and "assistant_model" not in usual  # why the drafter and streamer are renamed
 
 
+def test_a_drafter_loaded_as_remote_code_decodes_with_its_own_decoding_module(tmp_path, monkeypatch):
+    """The wrapper sends a drafter to `generate_with_drafter` of the `decoding_slimspec` beside its class's module:
+    the copy `save_pretrained` shipped with it (reached only through the wrapper's relative import; the modeling file
+    imports no decoding loop), never the package's; a class with no such sibling falls back to the package's."""
+    import importlib
+    from pathlib import Path
+
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from slimspec_hf.generation_slimspec import decoding_route
+
+    modeling = Path(decoding_slimspec.__file__).with_name("modeling_slimspec.py").read_text()
+    assert "import generate_with_drafter" not in modeling and "from .decoding_slimspec" not in modeling
+    target = make_tiny_target()
+    make_tiny_drafter(target).save_pretrained(tmp_path / "drafter")
+    assert (tmp_path / "drafter" / "decoding_slimspec.py").is_file()
+    # the folder's own code, as a Hub user without this package gets it (here the package's Auto class would win)
+    remote = get_class_from_dynamic_module("modeling_slimspec.SlimSpecDrafterForCausalLM", str(tmp_path / "drafter"))
+    drafter = remote.from_pretrained(tmp_path / "drafter").eval()
+    package = type(drafter).__module__.rpartition(".")[0]
+    assert package.startswith("transformers_modules"), package
+    own = importlib.import_module(f"{package}.decoding_slimspec")
+    routed, entry = [], own.generate_with_drafter
+    monkeypatch.setattr(own, "generate_with_drafter", lambda *args: routed.append(args[2]) or entry(*args))
+    monkeypatch.setattr(decoding_slimspec, "generate_with_drafter", lambda *args: pytest.fail("the package's copy"))
+    ids = torch.tensor([[1, 2, 3]])
+    out = target.generate(ids, max_new_tokens=8, do_sample=False, assistant_model=drafter, num_assistant_tokens=2)
+    assert out.tolist() == target.generate(ids, max_new_tokens=8, do_sample=False).tolist()
+    assert routed == [drafter] and drafter.last_generation_stats.rounds > 0
+    monkeypatch.undo()
+
+    class ElsewhereDrafter:  # a class whose module has no `decoding_slimspec` beside it
+        pass
+
+    assert decoding_route(ElsewhereDrafter()) is decoding_slimspec.generate_with_drafter
+
+
 def test_importing_patches_nothing_and_loading_a_drafter_installs_the_wrapper(tmp_path):
     script = f"""
 import slimspec_hf
@@ -844,12 +886,9 @@ def test_generation_config_round_trips_with_the_checkpoint(tmp_path):
     drafter.save_pretrained(tmp_path)
     loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path)
     assert loaded.generation_config.num_assistant_tokens == 3 and loaded.generation_config.draft_lookup is True
-    (tmp_path / "generation_config.json").unlink()  # an older checkpoint: defaults from the config
+    (tmp_path / "generation_config.json").unlink()  # a folder without one: the defaults
     loaded = SlimSpecDrafterForCausalLM.from_pretrained(tmp_path)
     assert loaded.generation_config.num_assistant_tokens == 6  # the default k (DraftSettings)
-    legacy = json.loads((tmp_path / "config.json").read_text())  # a config.json that still held k
-    (tmp_path / "config.json").write_text(json.dumps({**legacy, "num_speculative_tokens": 2}))
-    assert SlimSpecDrafterForCausalLM.from_pretrained(tmp_path).generation_config.num_assistant_tokens == 2
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,12 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The KV cache of a SlimSpec drafter's single attention layer.
-
-Part of the remote-code unit (it imports only `torch`), so `save_pretrained` copies it next to the weights.
-"""
+"""The KV cache of a SlimSpec drafter's single attention layer (part of the remote-code unit: imports only `torch`)."""
 
 import torch
 
 
 class SlimSpecDrafterCache:
-    """Keys/values of the drafter's one attention layer, preallocated and croppable.
-
-    Holds positions computed from the target's features (committed) and, during a round, the drafter's own
-    drafted positions; `crop(n)` drops everything after the first n positions.
-    """
+    """Keys/values of the drafter's one attention layer, preallocated and croppable: positions computed from the
+    target's features (committed) and, during a round, the drafter's own drafted positions."""
 
     def __init__(self):
         self.keys: torch.Tensor | None = None  # (B, H_kv, capacity, hd)

@@ -101,8 +101,7 @@ class SlimSpecDrafterConfig(PreTrainedConfig):
             self.target_layer_ids = [int(i) for i in self.target_layer_ids]
         if self.head_type == "low_rank" and self.head_rank is None:
             self.head_rank = max(1, self.hidden_size // 8)
-        # Checkpoints written before `ttt_steps` hold the depth as `num_speculative_tokens`; the key stays readable
-        # as an attribute (`draft_generation_config` takes it as the default draft length of such a checkpoint).
+        # Checkpoints written before `ttt_steps` hold the depth as `num_speculative_tokens`.
         if self.ttt_steps is None and kwargs.get("num_speculative_tokens") is not None:
             self.ttt_steps = int(kwargs["num_speculative_tokens"])
         super().__post_init__(**kwargs)

@@ -1,28 +1,18 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""SlimSpec decoding: chains, trees and prompt lookup, greedy or sampled, for any batch size.
+"""SlimSpec decoding: chains, trees and prompt lookup, greedy or sampled, for any batch size (one prompt is a batch
+of one). Each round proposes every row's draft (`SpeculativeDecoder.propose`), verifies all of them in ONE target
+forward (`verify`) and accepts per row (`accept`: the target's argmax when greedy, multi-draft speculative sampling,
+`sample_child`, otherwise); docs/decoding.md walks through a round and why it is lossless.
 
-One round:
-1. Propose (`SpeculativeDecoder.propose`): prompt lookup alone for a long match; otherwise the drafter appends the
-   positions the target accepted last round to its cache and drafts a tree (`drafting_slimspec.TreeDrafter`; a
-   chain is a tree of top-k 1), onto which lookup grafts a short match the drafter agrees with, or extends the
-   likeliest path.
-2. Verify (`verify`): ONE target forward over the root (the last token) and the kept nodes — a plain causal forward
-   when the draft is a chain, else a tree attention mask per layer type (sliding-window layers see only their
-   window). Position ids are the root's + depth.
-3. Accept (`accept`): the longest accepted path from the root and one more target token; the target's KV cache
-   keeps the accepted path (`TargetSlots.commit`) and the drafter's only committed positions.
-
-A call with B prompts runs the same round for every row at once (batch 1 is a batch of one): one drafter forward
-per tree level and one target forward for all rows, each row accepting on its own.
-
-Acceptance (`accept`): greedy, a node is accepted when it equals the target's argmax at its parent (after the logits
-processors), so fp32 output is exactly plain greedy decoding; sampling, multi-draft speculative sampling over each
-node's proposals (`sample_child`). Why either is lossless: docs/decoding.md.
+`generate_with_drafter` is the one route in (from the `generate()` wrapper and from the Hub folder
+`custom_generate/`); `slimspec_generate` is the loop, as transformers' `custom_generate` callable.
 
 Part of the remote-code unit: it imports only `torch`, `transformers` and its siblings (relatively).
 """
 
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, field
 
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -32,20 +22,12 @@ from .drafting_slimspec import (
     ROOT,
     DecodingSequence,
     DrafterState,
+    DraftSettings,
     DraftTree,
     LogitsProcessing,
     LookupMatch,
-    LookupPolicy,
     Proposal,
     TreeDrafter,
-    TreeShape,
-)
-from .generation_slimspec import (
-    DraftSettings,
-    SlimSpecDecoderOnlyOutput,
-    SlimSpecGenerationStats,
-    check_decoding_inputs,
-    record_stats,
 )
 from .verification_slimspec import (
     TREE_ATTENTION,
@@ -53,6 +35,7 @@ from .verification_slimspec import (
     TargetSlots,
     cache_keyword,
     captured_hidden_states,
+    check_decoding_inputs,
     layer_windows,
     plain_lm_head,
     row_states,
@@ -133,6 +116,122 @@ def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, process
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Statistics
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SlimSpecGenerationStats:
+    """Acceptance statistics of one `generate()` call: the output's `slimspec_stats` (`return_dict_in_generate`) and
+    the drafter's `last_generation_stats` (the calling thread's last call). Rounds are also counted by draft source:
+    `"drafter"`, `"lookup"` or `"drafter+lookup"`."""
+
+    rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+    rounds_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    per_row: list["SlimSpecGenerationStats"] = field(default_factory=list)  # batch > 1: each prompt's own
+
+    @classmethod
+    def combined(cls, rows: list["SlimSpecGenerationStats"]) -> "SlimSpecGenerationStats":
+        """The totals of a batch's rows, which it keeps as `per_row`."""
+        total = cls(per_row=list(rows))
+        for row in rows:
+            total.rounds += row.rounds
+            total.drafted_tokens += row.drafted_tokens
+            total.accepted_tokens += row.accepted_tokens
+            for name in ("accepted_per_position", "drafted_per_position"):
+                mine, theirs = getattr(total, name), getattr(row, name)
+                mine.extend([0] * (len(theirs) - len(mine)))
+                mine[: len(theirs)] = [a + b for a, b in zip(mine, theirs)]
+            for name in ("rounds_by_source", "accepted_by_source"):
+                mine = getattr(total, name)
+                for source, value in getattr(row, name).items():
+                    mine[source] = mine.get(source, 0) + value
+        return total
+
+    @property
+    def acceptance_length(self) -> float:
+        """τ: tokens produced per target verification (accepted drafts + the target's own token)."""
+        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Fraction of rounds in which the i-th drafted token was accepted, among rounds that drafted it."""
+        return [a / d if d else float("nan") for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def acceptance_length_by_source(self) -> dict[str, float]:
+        """τ of the rounds drafted by each source."""
+        return {
+            source: (self.accepted_by_source.get(source, 0) + rounds) / rounds
+            for source, rounds in self.rounds_by_source.items()
+            if rounds
+        }
+
+    def record(self, source: str, drafted: int, accepted: int, positions: int | None = None) -> None:
+        """Counts one verified round: `drafted` tokens verified, `accepted` of them kept, over `positions` draft
+        positions (default `drafted`, a chain; a tree's depth)."""
+        positions = drafted if positions is None else positions
+        self.rounds += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
+        self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
+        for counts in (self.drafted_per_position, self.accepted_per_position):
+            counts.extend([0] * (positions - len(counts)))
+        for i in range(positions):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += int(i < accepted)
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": self.rounds,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_length": self.acceptance_length,
+            "per_position_acceptance": self.per_position_acceptance,
+            "rounds_by_source": dict(self.rounds_by_source),
+            "acceptance_length_by_source": self.acceptance_length_by_source,
+            **({"per_row": [row.as_dict() for row in self.per_row]} if self.per_row else {}),
+        }
+
+
+_CALLS = threading.local()  # per thread: drafter -> the statistics of its last call in that thread (weak keys)
+
+
+class PerThreadStats:
+    """`drafter.last_generation_stats`: the statistics of the last `generate()` call the calling thread made with the
+    drafter (one drafter serving several threads tells each thread its own call's); before any: `AttributeError`."""
+
+    def __get__(self, drafter, owner=None):
+        stats = self if drafter is None else _CALLS.__dict__.get("stats", {}).get(drafter)
+        if stats is None:
+            raise AttributeError("`last_generation_stats`: this thread has made no `generate()` call yet")
+        return stats
+
+    def __set__(self, drafter, stats: SlimSpecGenerationStats) -> None:
+        _CALLS.__dict__.setdefault("stats", weakref.WeakKeyDictionary())[drafter] = stats
+
+
+@dataclass
+class SlimSpecDecoderOnlyOutput(GenerateDecoderOnlyOutput):
+    """transformers' `GenerateDecoderOnlyOutput` and the call's own statistics, `slimspec_stats`."""
+
+    slimspec_stats: SlimSpecGenerationStats | None = None
+
+
+def record_stats(drafter, stats: SlimSpecGenerationStats) -> None:
+    """Makes `stats` the calling thread's `drafter.last_generation_stats` (set up on the drafter's class once)."""
+    if not isinstance(getattr(type(drafter), "last_generation_stats", None), PerThreadStats):
+        type(drafter).last_generation_stats = PerThreadStats()
+    drafter.last_generation_stats = stats
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -149,13 +248,10 @@ class RoundPlan:
 
 
 class SpeculativeDecoder:
-    """One `generate()` call over B prompts (B = 1 a batch of one): each row drafts and accepts on its own, ONE
-    drafter forward per tree level drafts every row, and ONE target forward verifies every row's draft.
-
-    The target's cache and the drafter's are shared by the rows (`TargetSlots`, `DrafterState`); a row that finishes
-    (EOS, the length limit, a stopping criterion) leaves the batch. `scores`, `raw_logits` and `hidden_states` are
-    the outputs transformers returns on request (batch 1 only, see `check_decoding_inputs`).
-    """
+    """One `generate()` call over B prompts: each row drafts and accepts on its own, ONE drafter forward per tree
+    level drafts every row, and ONE target forward verifies every row's draft. The rows share both caches
+    (`TargetSlots`, `DrafterState`); a row that finishes leaves the batch. `scores`, `raw_logits` and `hidden_states`
+    are the outputs transformers returns on request (one prompt only)."""
 
     def __init__(self, target, drafter, generation_config, logits_processor, settings: DraftSettings, cache, seqs):
         self.target, self.cache, self.seqs = target, cache, list(seqs)
@@ -167,9 +263,9 @@ class SpeculativeDecoder:
         self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
         self.active = list(range(len(self.seqs)))  # the rows still decoding, in the order of the caches' batch
         self.state = DrafterState(drafter, self.layer_ids, len(self.seqs))
-        self.shape = settings_shape(settings)
+        self.shape = settings.tree_shape()
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
-        self.lookup = settings_lookup(settings)
+        self.lookup = settings.lookup_policy()
         self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.windows = layer_windows(target.config.get_text_config(decoder=True))  # per layer type, or None
         self.head = plain_lm_head(target)
@@ -303,13 +399,10 @@ class SpeculativeDecoder:
             depths = torch.tensor([0] + [tree.depths[k] for k in tree.kept] + [0] * (width - n))
             positions[i] = int(seq.positions[-1]) + depths
         dtype = self.target.dtype if self.target.dtype.is_floating_point else torch.float32
-        mask = self.slots.masks(self.windows, trees, positions, dtype)
-        if mask is not None:
-            mask = {k: m.to(device) for k, m in mask.items()} if isinstance(mask, dict) else mask.to(device)
         inputs = {
             "input_ids": ids.to(device),
             "position_ids": positions.to(device),
-            "attention_mask": mask,
+            "attention_mask": self.slots.masks(self.windows, trees, positions, dtype, device),
             self.cache_name: self.cache,
             "use_cache": True,
             "output_hidden_states": self.captured,
@@ -387,23 +480,6 @@ def lookup_tree(tokens: list[int]) -> DraftTree:
     return tree
 
 
-def settings_shape(settings: DraftSettings) -> TreeShape:
-    """The tree a round drafts: `draft_tree_size` > 0 a tree, else the chain of `num_assistant_tokens` (top-k 1)."""
-    threshold = settings.assistant_confidence_threshold
-    if settings.draft_tree_size > 0:
-        return TreeShape(settings.draft_tree_size, settings.draft_tree_depth, settings.draft_tree_top_k, threshold)
-    k = settings.num_assistant_tokens
-    return TreeShape(size=k, depth=k, top_k=1, threshold=threshold)
-
-
-def settings_lookup(settings: DraftSettings) -> LookupPolicy | None:
-    if not settings.draft_lookup:
-        return None
-    # the policy's fields, `draft_lookup_` settings
-    names = ("min_ngram", "max_ngram", "num_tokens", "extend_ngram", "branch_ngram")
-    return LookupPolicy(*(getattr(settings, f"draft_lookup_{name}") for name in names))
-
-
 def slimspec_generate(
     model,
     input_ids: torch.LongTensor,
@@ -417,15 +493,12 @@ def slimspec_generate(
 ):
     """`target.generate(**inputs, custom_generate=slimspec_generate, drafter=drafter, draft_settings={...})`: greedy
     or sampled decoding of `model` with a SlimSpec drafter, on the contract of transformers' decoding loops
-    (`generate()` prepared the inputs, processors, stopping criteria and cache; B prompts left-padded as for plain
-    `generate()`). Returns the sequences, or a `GenerateDecoderOnlyOutput` with `sequences` and, for one prompt,
-    `scores`, `logits`, `hidden_states` on request and `cache` (`return_dict_in_generate`).
+    (`generate()` prepared the inputs, processors, stopping criteria and cache; B prompts left-padded). Returns the
+    sequences, or a `SlimSpecDecoderOnlyOutput` (`return_dict_in_generate`).
 
-    The callable behind `generate(assistant_model=drafter)`, usable directly (and from the Hub-ready
-    `custom_generate/` folder). `generate()` forwards neither `assistant_model` nor `streamer` to a callable, so the
-    drafter comes as `drafter=`, the settings as `draft_settings=` (the names of `DraftSettings`, the drafter's
-    `generation_config` supplying the rest; or `DraftSettings` already resolved for this call) and a streamer as
-    `draft_streamer=` (which then also receives the prompt, as `generate()` would have done).
+    `generate()` forwards neither `assistant_model` nor `streamer` to a callable: the drafter comes as `drafter=`,
+    the settings as `draft_settings=` (names of `DraftSettings`, the drafter's `generation_config` supplying the
+    rest; or `DraftSettings` resolved for this call) and a streamer as `draft_streamer=`.
     """
     if not is_slimspec_drafter(drafter):
         raise ValueError(f"Pass the SlimSpec drafter as `drafter=`; got {type(drafter).__name__}.")
@@ -458,22 +531,22 @@ def slimspec_generate(
     return decoder.output(generation_config, stats)
 
 
-def generate_with_drafter(drafter, generate, arguments: dict):
-    """`target.generate(..., assistant_model=drafter)` (bound by name, see `install_generation_hook`), run as
-    `generate(..., custom_generate=slimspec_generate, drafter=drafter)`."""
+def generate_with_drafter(generate, target, drafter, arguments: dict):
+    """The one route into SlimSpec decoding (from the `generate()` wrapper and from `custom_generate/`): runs
+    `generate(target, **arguments, custom_generate=slimspec_generate, drafter=drafter, draft_settings=...)`, the
+    call's draft settings resolved once, here, so that bad values fail before any forward. `arguments`: the call's
+    other arguments by name. A batch larger than `draft_max_batch_size` decodes without the drafter."""
     arguments = dict(arguments)
-    target, keywords = arguments.pop("self"), arguments.pop("kwargs", None) or {}
-    arguments = {**arguments, **keywords}  # flattened: `kwargs` merged in
-    arguments.pop("custom_generate", None)
-    settings = DraftSettings.explicit(arguments.get("generation_config"), arguments)
+    # what the call sets: a passed GenerationConfig's values, then keywords (taken out). Not the target's own
+    # generation_config: transformers fills it with defaults for its assistants (k = 20, threshold 0.4).
+    passed = arguments.get("generation_config")
+    overrides = {n: getattr(passed, n) for n in DraftSettings.names() if getattr(passed, n, None) is not None}
+    overrides.update({name: arguments.pop(name) for name in DraftSettings.names() if name in arguments})
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
     batch = ids.shape[0] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else 1
-    # resolved once, here, so that bad values fail before any forward: `do_sample` as `generate()` will see it
-    config = arguments.get("generation_config") or target.generation_config
-    sampled = bool(arguments.get("do_sample", getattr(config, "do_sample", False)))
-    resolved = DraftSettings.resolve(drafter.generation_config, settings, sampled, batched=batch > 1)
-    arguments.pop("assistant_model")
-    if 0 < resolved.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
+    sampled = bool(arguments.get("do_sample", getattr(passed or target.generation_config, "do_sample", False)))
+    settings = DraftSettings.resolve(drafter.generation_config, overrides, sampled, batched=batch > 1)
+    if 0 < settings.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
         record_stats(drafter, SlimSpecGenerationStats())
         return generate(target, **arguments)
     streamer = arguments.pop("streamer", None)
@@ -482,9 +555,20 @@ def generate_with_drafter(drafter, generate, arguments: dict):
         **arguments,
         custom_generate=slimspec_generate,
         drafter=drafter,
-        draft_settings=resolved,
+        draft_settings=settings,
         draft_streamer=streamer,
     )
 
 
-__all__ = ["accept", "Acceptance", "generate_with_drafter", "sample_child", "slimspec_generate", "SpeculativeDecoder"]
+__all__ = [
+    "accept",
+    "Acceptance",
+    "generate_with_drafter",
+    "PerThreadStats",
+    "record_stats",
+    "sample_child",
+    "SlimSpecDecoderOnlyOutput",
+    "SlimSpecGenerationStats",
+    "slimspec_generate",
+    "SpeculativeDecoder",
+]

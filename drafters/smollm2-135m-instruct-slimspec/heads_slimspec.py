@@ -176,7 +176,29 @@ def build_head(config: SlimSpecDrafterConfig) -> nn.Module:
     raise ValueError(f"`head_type` must be one of {list(HEAD_TYPES)}, got {config.head_type!r}.")
 
 
+@torch.no_grad()
+def with_merged_head(drafter):
+    """A copy of a low-rank drafter whose head is W_up·W_down multiplied out into one dense V×d head: the same
+    drafts (up to rounding), a full head's cost — the baseline that isolates what the low-rank head saves. The copy
+    shares the borrowed target embedding; its head is in the drafter's dtype and on its device."""
+    import copy
+
+    head = drafter.lm_head
+    if not isinstance(head, LowRankHead):
+        raise ValueError(f"`drafter` must have a low-rank head to merge, got head_type={drafter.config.head_type!r}.")
+    embedding = drafter.get_input_embeddings()
+    merged = copy.deepcopy(drafter, memo={id(embedding): embedding} if embedding is not None else None)
+    weight = head.merged_weight().to(head.up.weight.dtype)  # (V, d), computed in fp32
+    dense = FullHead(weight.shape[1], weight.shape[0]).to(device=weight.device, dtype=weight.dtype)
+    dense.weight.copy_(weight)
+    dense.store_column_major()
+    merged.lm_head = dense
+    merged.config.head_type, merged.config.head_rank = "full", None
+    return merged
+
+
 __all__ = [
+    "with_merged_head",
     "LowRankHead",
     "FullHead",
     "TrimmedHead",

@@ -1,6 +1,6 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """SlimSpec drafters: the EAGLE-3 backbone and the model (heads in `heads_slimspec.py`, its KV cache in
-`cache_slimspec.py`, decoding in `decoding_slimspec.py`).
+`cache_slimspec.py`; decoding is reached through `generation_slimspec.py`, never imported here).
 
 Self-contained on purpose: it imports only `torch`, `transformers` and its siblings, so that
 `save_pretrained` can copy it next to the weights and `AutoModelForCausalLM.from_pretrained(...,
@@ -30,8 +30,8 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEm
 
 from .cache_slimspec import SlimSpecDrafterCache
 from .configuration_slimspec import SlimSpecDrafterConfig
-from .decoding_slimspec import generate_with_drafter
-from .generation_slimspec import draft_generation_config, install_generation_hook
+from .drafting_slimspec import draft_generation_config
+from .generation_slimspec import install_generation_hook
 from .heads_slimspec import (  # noqa: F401  (re-exported: the heads are part of the model's API)
     FullHead,
     LowRankHead,
@@ -243,8 +243,8 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         self.post_init()
         # The decoding defaults (k, early stop, hybrid lookup, tree) live here, as for transformers' assistant models;
         # a `generate()` keyword overrides them per call. Saved as generation_config.json next to the weights.
-        self.generation_config = draft_generation_config(config)
-        install_generation_hook()  # idempotent: `target.generate(..., assistant_model=self)` reaches generate_as_assistant
+        self.generation_config = draft_generation_config()
+        install_generation_hook()  # idempotent: `target.generate(..., assistant_model=self)` decodes with SlimSpec
 
     # -- borrowing from the target -----------------------------------------------------------------------------
     def get_input_embeddings(self) -> nn.Module | None:
@@ -262,11 +262,6 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         if isinstance(self.lm_head, TargetHead):
             self.lm_head.set_target_head(target.get_output_embeddings())
         return self
-
-    def generate_as_assistant(self, generate, arguments: dict):
-        """Runs a `target.generate(..., assistant_model=self)` call (bound by name by the wrapper that
-        `install_generation_hook` puts on `GenerationMixin.generate`) with this drafter's decoding loop."""
-        return generate_with_drafter(self, generate, arguments)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Publishes weights, config, remote code and the SlimSpec model card (`slimspec_hf.interop.hub`); where the
@@ -295,7 +290,7 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         try:
             model.generation_config = GenerationConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
         except OSError:
-            pass  # a checkpoint from before the decoding defaults moved there: keep those derived from the config
+            pass  # a folder saved without generation_config.json keeps the defaults
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):

@@ -14,8 +14,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from .cache_slimspec import SlimSpecDrafterCache
 from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
-from .decoding_slimspec import slimspec_generate
-from .generation_slimspec import DraftSettings, SlimSpecGenerationStats, install_generation_hook
+from .decoding_slimspec import SlimSpecGenerationStats, slimspec_generate
+from .drafting_slimspec import DraftSettings
+from .generation_slimspec import install_generation_hook
 from .modeling_slimspec import (
     FullHead,
     LowRankHead,

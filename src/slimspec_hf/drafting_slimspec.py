@@ -1,19 +1,17 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
-"""The drafter side of SlimSpec decoding: the sequence being decoded, the drafter's state across rounds, prompt
-lookup, and the draft tree of one round.
+"""The drafter side of SlimSpec decoding: a call's settings (`DraftSettings`), the sequence being decoded, the
+drafter's state across rounds, prompt lookup, and the draft of one round — always a tree (`DraftTree`, a chain being
+the tree of top-k 1) whose proposed children keep the distribution they were drawn from (`Proposal.q`), all the
+acceptance rule needs to stay lossless.
 
-A round's draft is always a tree (`DraftTree`): the drafter expands it level by level (EAGLE-2's dynamic tree;
-a chain is the tree of top-k 1), and prompt lookup grafts deterministic chains onto it. Every proposed child keeps
-the distribution it was drawn from (`Proposal.q`, None for a deterministic draft), which is all the acceptance rule
-needs to stay lossless (`decoding_slimspec.accept`).
-
-Part of the remote-code unit: it imports only `torch` and its siblings (relatively), so `save_pretrained` copies
-it next to the weights. Shapes: L sequence length, F frontier width, V vocabulary, d drafter width, d_t target width.
+Part of the remote-code unit: it imports only `torch`, `transformers` and its siblings (relatively). Shapes: L sequence
+length, F frontier width, V vocabulary, d drafter width, d_t target width.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
+from transformers import GenerationConfig
 
 from .cache_slimspec import SlimSpecDrafterCache
 
@@ -22,16 +20,155 @@ ROOT = -1  # the node id of a tree's root: the last token of the sequence
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Decoding settings: the drafter's `generation_config` holds the defaults, a `generate()` keyword overrides them
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    """How a SlimSpec drafter drafts, resolved once per `generate()` call (validated here and nowhere else).
+
+    Each field is a key of the drafter's `generation_config` (saved as `generation_config.json`) and a `generate()`
+    keyword of the same name, which overrides it for that call.
+
+    Args:
+        num_assistant_tokens: tokens the drafter drafts per round (k).
+        assistant_confidence_threshold: stop a round's drafting after the first drafted token the drafter gives
+            less than this probability (0 never stops early). Lossless either way.
+        draft_lookup: hybrid drafting — when the latest tokens also occur earlier in the text, draft what followed
+            them there (prompt-lookup decoding): alone for a match of at least `draft_lookup_min_ngram` tokens (its
+            most recent occurrence), grafted onto the drafter's draft for a shorter one whose first token is also the
+            drafter's next. Lossless either way.
+        draft_lookup_min_ngram / draft_lookup_max_ngram: match lengths trusted without the drafter's agreement /
+            longest suffix searched.
+        draft_lookup_num_tokens: tokens drafted by a lookup round.
+        draft_lookup_extend_ngram: with `draft_lookup`, a drafter chain whose last `draft_lookup_extend_ngram`+
+            tokens occurred earlier is extended with what followed them there (verified in the same forward).
+        draft_lookup_branch_ngram: with `draft_lookup` and a tree-capable target, a match of at least this many
+            tokens that the drafter does not agree with is still verified, as a branch of its own beside the
+            drafter's draft, in the same forward: the target picks per round which continuation holds. 0: never.
+        draft_tree_size: > 0 drafts a dynamic tree of this many nodes (EAGLE-2 style) instead of a chain.
+        draft_tree_depth / draft_tree_top_k: the tree's depth and children per expanded node.
+        draft_sampling: settings (names of this class) that replace the ones above when `do_sample=True`: the
+            shapes that pay differ between greedy and sampled decoding.
+        draft_batched: settings that replace the ones above (and `draft_sampling`'s) when `generate()` gets more
+            than one prompt: one forward verifies every row, padded to the widest row's draft, and a batch already
+            uses the compute that makes verifying many tokens nearly free for one prompt.
+        draft_max_batch_size: batches of more prompts than this decode without the drafter (plain batched
+            `generate()`); 0 sets no limit. Where a batch already keeps the hardware busy, verifying more tokens
+            per row costs more than the drafter's accepted tokens save.
+    """
+
+    num_assistant_tokens: int = 6
+    assistant_confidence_threshold: float = 0.0
+    draft_lookup: bool = False
+    draft_lookup_min_ngram: int = 2
+    draft_lookup_max_ngram: int = 8
+    draft_lookup_num_tokens: int = 10
+    draft_lookup_extend_ngram: int = 2
+    draft_lookup_branch_ngram: int = 0
+    draft_tree_size: int = 0
+    draft_tree_depth: int = 4
+    draft_tree_top_k: int = 4
+    draft_sampling: dict = field(default_factory=dict)
+    draft_batched: dict = field(default_factory=dict)
+    draft_max_batch_size: int = 0
+
+    VARIANTS = ("draft_sampling", "draft_batched")  # settings that replace others in some calls
+
+    # the least value of each integer setting
+    MINIMA = {
+        "draft_tree_size": 0,
+        "draft_max_batch_size": 0,
+        "draft_lookup_branch_ngram": 0,
+        "draft_lookup_max_ngram": "draft_lookup_min_ngram",
+    }
+
+    def __post_init__(self):
+        for name in self.names():
+            value = getattr(self, name)
+            if name in self.VARIANTS:
+                self.check_variant(name, value)
+            elif name == "assistant_confidence_threshold":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                    raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r} (0 never stops early).")
+            elif name == "draft_lookup":
+                if not isinstance(value, bool):
+                    raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+            else:
+                least = self.MINIMA.get(name, 1)
+                least = getattr(self, least) if isinstance(least, str) else least
+                if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                    raise ValueError(f"`{name}` must be an integer >= {least}, got {value!r}.")
+
+    @classmethod
+    def check_variant(cls, variant: str, settings) -> None:
+        """`draft_sampling` / `draft_batched` hold decoding settings (and no variant)."""
+        valid = [name for name in cls.names() if name not in cls.VARIANTS]
+        if not isinstance(settings, dict):
+            raise ValueError(f"`{variant}` must be a dict of decoding settings, got {settings!r}.")
+        unknown = sorted(set(settings) - set(valid))
+        if unknown:
+            raise ValueError(f"`{variant}` holds {unknown}, which are not decoding settings; valid: {valid}.")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def resolve(
+        cls, drafter_generation_config, overrides: dict | None = None, do_sample: bool = False, batched: bool = False
+    ) -> "DraftSettings":
+        """The drafter's defaults (its `generation_config`), then its `draft_sampling` defaults when sampling and its
+        `draft_batched` defaults for more than one prompt, then the caller's explicit values (and the caller's
+        `draft_sampling` / `draft_batched` where they apply)."""
+        config = drafter_generation_config
+        values = {name: getattr(config, name, None) for name in cls.names()} if config is not None else {}
+        values = {name: value for name, value in values.items() if value is not None}
+        overrides = {name: value for name, value in (overrides or {}).items() if value is not None}
+        applying = [name for name, on in zip(cls.VARIANTS, (do_sample, batched)) if on]
+        for source in (values, overrides):
+            for name in cls.VARIANTS:
+                cls.check_variant(name, source.get(name) or {})
+        for name in applying:
+            values.update(values.get(name) or {})
+        values.update(overrides)
+        for name in applying:
+            values.update(overrides.get(name) or {})
+        return cls(**values)
+
+    def tree_shape(self) -> "TreeShape":
+        """The tree a round drafts: `draft_tree_size` > 0 a tree, else the chain of `num_assistant_tokens` (top-k 1)."""
+        threshold, k = float(self.assistant_confidence_threshold), self.num_assistant_tokens
+        if self.draft_tree_size > 0:
+            return TreeShape(self.draft_tree_size, self.draft_tree_depth, self.draft_tree_top_k, threshold)
+        return TreeShape(size=k, depth=k, top_k=1, threshold=threshold)
+
+    def lookup_policy(self) -> "LookupPolicy | None":
+        """When prompt lookup drafts; None without `draft_lookup`."""
+        if not self.draft_lookup:
+            return None
+        names = ("min_ngram", "max_ngram", "num_tokens", "extend_ngram", "branch_ngram")  # the policy's fields
+        return LookupPolicy(*(getattr(self, f"draft_lookup_{name}") for name in names))
+
+
+def draft_generation_config() -> GenerationConfig:
+    """The `generation_config` of a new drafter (and of a folder saved without one): the default draft length and no
+    early stop, in place of transformers' defaults for its own assistants (k = 20, threshold 0.4)."""
+    return GenerationConfig(
+        num_assistant_tokens=DraftSettings.num_assistant_tokens, assistant_confidence_threshold=0.0
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The sequence being decoded
 # ----------------------------------------------------------------------------------------------------------------
 
 
 class DecodingSequence:
-    """The token ids of one row of a `generate()` call with their key mask and RoPE positions, grown together.
-
+    """The token ids of one row of a `generate()` call with their key mask and RoPE positions, grown together:
     `key_mask[j]` is False for left padding; `positions[j]` counts the real tokens before j (transformers'
-    convention: the attention mask's cumulative sum minus one).
-    """
+    convention: the attention mask's cumulative sum minus one)."""
 
     def __init__(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None):
         self.ids, length = input_ids, input_ids.shape[1]  # (1, L)
@@ -184,12 +321,10 @@ class Proposal:
 
 @dataclass
 class DraftTree:
-    """The draft of one round. Node ids index the lists; the root (the sequence's last token) is `ROOT`.
-
-    `kept` are the nodes the target verifies, parents before children. `proposals[node]` are the node's proposed
-    children in test order: deterministic (lookup) drafts first, then the drafter's draws as drawn — including
-    draws pruned from `kept` and repeated draws, which the sampling rule must still see.
-    """
+    """The draft of one round. Node ids index the lists; the root (the sequence's last token) is `ROOT`. `kept` are
+    the nodes the target verifies, parents before children. `proposals[node]` are the node's proposed children in
+    test order: deterministic (lookup) drafts first, then the drafter's draws as drawn — including draws pruned from
+    `kept` and repeated draws, which the sampling rule must still see."""
 
     source: str = "drafter"  # "drafter", "lookup" or "drafter+lookup" (for the statistics)
     tokens: list[int] = field(default_factory=list)
@@ -268,16 +403,14 @@ class DraftTree:
 
 
 class DrafterState:
-    """The drafter's KV cache over the B rows of a `generate()` call (B = 1 a batch of one) and, per row, the target
-    features of accepted positions that are not in it yet.
+    """The drafter's KV cache over the B rows of a `generate()` call and, per row, the target features of accepted
+    positions not in it yet.
 
-    The cache holds only positions computed from the target's features (`committed[b]` of row b's sequence); the
-    positions a round drafts from the drafter's own states are dropped at the next commit, which appends every
-    row's newly accepted positions as one block, each row's padded in front to the longest row's (so every row's
-    last position is the block's last). `valid` (B, S) marks the slots that hold a row's positions: padding is never
-    attended to, and each row's RoPE positions come from its own sequence, so the padding changes no row's result.
-    A round without a drafter call (prompt lookup alone) leaves the features pending, so the cache is exactly what
-    it would have been.
+    The cache holds only positions computed from the target's features (`committed[b]` of row b's sequence): the
+    positions a round drafts are dropped at the next commit, which appends every row's newly accepted positions as
+    one block, each row's padded in front to the longest row's. `valid` (B, S) marks the slots holding a row's
+    positions: padding is never attended to and each row's RoPE positions are its own, so padding changes no row's
+    result. A round without a drafter call (lookup alone) leaves the features pending.
     """
 
     def __init__(self, drafter, layer_ids: list[int], batch: int = 1):
@@ -392,13 +525,12 @@ class TreeShape:
 
 
 class TreeDrafter:
-    """Drafts each row's tree level by level from the drafter's root logits and state, one drafter forward per
-    level over every row's frontier (`DrafterState.forward_level`).
+    """Drafts each row's tree level by level, one drafter forward per level over every row's frontier.
 
     Every frontier node gets `top_k` children from the drafter's processed distribution q: its top-k when greedy,
     `top_k` i.i.d. draws when sampling (what keeps the multi-draft acceptance lossless). The `top_k` new nodes with
-    the highest cumulative log q become the next frontier, each seeing the committed cache and its ancestors. The
-    best `size` nodes are kept (a child never outranks its parent, so the kept set is a tree).
+    the highest cumulative log q form the next frontier; the best `size` nodes are kept (a child never outranks its
+    parent, so the kept set is a tree).
     """
 
     def __init__(
@@ -467,6 +599,8 @@ class TreeDrafter:
 
 
 __all__ = [
+    "DraftSettings",
+    "draft_generation_config",
     "ROOT",
     "DecodingSequence",
     "LogitsProcessing",

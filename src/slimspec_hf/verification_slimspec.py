@@ -1,9 +1,9 @@
 # Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
 """The target's side of a SlimSpec round: its LM head on the rows the acceptance walk reaches, the attention masks
-that verify the rows' drafts (per layer type: sliding-window layers see only their window), and its KV cache rolled
-back to what each row accepted (`TargetSlots`; one cache for the B rows of a call, B = 1 a batch of one).
+that verify the rows' drafts (sliding-window layers see only their window), its KV cache rolled back to what each row
+accepted (`TargetSlots`), and what a call may ask, checked once before the first forward (`check_decoding_inputs`).
 
-Part of the remote-code unit: it imports only `torch` and its siblings (relatively).
+Part of the remote-code unit: it imports only `torch`, `transformers` and its siblings (relatively).
 """
 
 import inspect
@@ -12,8 +12,10 @@ import threading
 from contextlib import contextmanager
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from .drafting_slimspec import ROOT, DraftTree
+from .configuration_slimspec import validate_pairing
+from .drafting_slimspec import ROOT, DraftTree, LogitsProcessing, is_row_wise
 
 
 # Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
@@ -59,12 +61,9 @@ def cache_keyword(model) -> str:
 
 @contextmanager
 def shared_kv_heads():
-    """The target's forwards inside run sdpa attention on its shared key/value heads (`enable_gqa`).
-
-    transformers' sdpa attention copies a grouped-query target's keys and values once per query head (`repeat_kv`:
-    the whole cache, every layer) whenever a mask is passed and more than one token is queried — every tree, padded
-    or batched verification — unless `TRANSFORMERS_SDPA_FORCE_GQA=1`, which its `use_gqa_in_sdpa` reads per call
-    from transformers 5.23 on (earlier releases copy; docs/decoding.md has what it saves)."""
+    """The target's forwards inside run sdpa attention on its shared key/value heads (`enable_gqa`): transformers
+    otherwise copies a grouped-query target's whole cache once per query head (`repeat_kv`) whenever a mask is passed
+    with more than one query token, unless `TRANSFORMERS_SDPA_FORCE_GQA=1` (read per call from 5.23 on)."""
     with _GQA_LOCK:  # one switch for the process: the first forward in sets it, the last one out restores it
         if _GQA_STATE["inside"] == 0:
             _GQA_STATE["before"] = os.environ.get(_FORCE_GQA)
@@ -95,11 +94,10 @@ def plain_lm_head(target):
 
 class TargetLogits:
     """The target's logits of one round's verified rows (row 0 the root, row i the i-th kept node), computed when
-    the acceptance walk reaches them: the LM head is a vocabulary-wide matmul, so it runs only for rows that may be
-    on the accepted path. The first batch is the root, its children and the likeliest path below; a walk that
-    leaves it computes the rest of the subtree it entered in one more batch. `lazy=False` (a head bound by reading
-    its weights): every row in the first batch. `head=None`: `logits` holds every row already (a target whose
-    logits are more than its LM head applied to the last hidden state)."""
+    the acceptance walk reaches them (the LM head is a vocabulary-wide matmul): first the root, its children and the
+    likeliest path below; a walk that leaves them, the rest of the subtree it entered. `lazy=False` (a head bound by
+    reading its weights): every row at once. `head=None`: `logits` holds every row already (a target whose logits
+    are more than its LM head applied to the last hidden state)."""
 
     def __init__(self, tree: DraftTree, head, hidden: torch.Tensor | None, logits=None, lazy: bool = True):
         self.tree, self.head, self.hidden, self.lazy = tree, head, hidden, lazy  # hidden: (1, n, d)
@@ -187,12 +185,9 @@ def row_states(hidden_states, row: int) -> tuple:
 
 class TargetSlots:
     """What each slot of the target's cache (B, H, S, d) holds: `valid` (B, S), whether the slot is one of the row's
-    tokens (False: left padding, or a column a row left unused), and `positions` (B, S), its position.
-
-    A round verifies every row's root and kept nodes as columns after the cache; `commit` keeps what each row
-    accepted (see there). With one row nothing is ever unused: the cache is exactly plain decoding's. Masks are built
-    from the positions, so sliding windows count a row's positions, not slots.
-    """
+    tokens (False: left padding, or a column a row left unused), and `positions` (B, S), its position. A round
+    verifies every row's root and kept nodes as columns after the cache; `commit` keeps what each row accepted. Masks
+    are built from the positions, so sliding windows count a row's positions, not slots."""
 
     def __init__(self, valid: torch.Tensor, positions: torch.Tensor):
         self.valid, self.positions = valid.bool().cpu(), positions.cpu()
@@ -240,17 +235,17 @@ class TargetSlots:
         self.valid = torch.cat([self.valid, used], dim=1)
         self.positions = torch.cat([self.positions, kept_positions], dim=1)
 
-    def masks(self, windows, trees: list[DraftTree], positions: torch.Tensor, dtype):
+    def masks(self, windows, trees: list[DraftTree], positions: torch.Tensor, dtype, device):
         """The attention mask of a round verifying `trees` at `positions` (B, W): None or a 2-D key mask (B, S + W)
         when every draft is a chain and slot order is position order for every layer (the target adds causality
         and its windows), else additive masks (B, 1, W, S + W) — each node sees its row's valid slots and its
         ancestors, within its layer's window (`windows`, from `layer_windows`; one mask per layer type where full
-        and sliding-window layers mix), a padding column sees itself."""
+        and sliding-window layers mix), a padding column sees itself; on `device`."""
         (batch, slots), width = self.valid.shape, positions.shape[1]
         if all(tree.is_chain() for tree in trees) and (windows is None or self.contiguous):
             columns = torch.stack([torch.arange(width) <= len(tree.kept) for tree in trees])
             keys = torch.cat([self.valid, columns], dim=1)
-            return None if bool(keys.all()) else keys.long()
+            return None if bool(keys.all()) else keys.long().to(device)
         allowed = torch.zeros((batch, width, slots + width), dtype=torch.bool)
         allowed[:, :, :slots] = self.valid[:, None, :]
         allowed[:, torch.arange(width), slots + torch.arange(width)] = True
@@ -263,18 +258,124 @@ class TargetSlots:
 
         def additive(window):  # (B, 1, W, S + W), within the layer type's window
             visible = allowed if window is None else allowed & (distance < window)
-            return torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
+            mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+            return mask.masked_fill(~visible.to(device), torch.finfo(dtype).min)[:, None]
 
         return {kind: additive(w) for kind, w in windows.items()} if isinstance(windows, dict) else additive(windows)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# What a call may ask: checked once, before the first forward
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def check_drafter_placement(target, drafter) -> None:
+    """Raises one clear `ValueError` when `drafter` does not sit on `target`'s device.
+
+    The target's features are moved to the drafter and cast to its dtype, so a dtype mismatch only costs precision;
+    a device mismatch would copy every round's features and candidates between devices (or fail inside a kernel),
+    so it is refused with both devices and the fix named."""
+    target_device = next(target.parameters()).device
+    drafter_device = next(drafter.parameters()).device
+    if target_device != drafter_device:
+        raise ValueError(
+            f"The drafter is on {drafter_device} but the target is on {target_device}: the SlimSpec drafter must "
+            f"run where its target runs. Move it with `drafter.to(target.device)` (or load it with "
+            f'`device_map="{target_device}"`), then call `target.generate(..., assistant_model=drafter)` again.'
+        )
+
+
+# what generate() passes a decoding loop besides the inputs (the output_* flags are read from the generation config)
+_KNOWN_MODEL_KWARGS = {
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "past_key_values",  # the cache's name before transformers 5.24
+    "use_cache",
+    "logits_to_keep",
+    "output_hidden_states",
+}
+
+
+def check_decoding_inputs(
+    model, drafter, input_ids, generation_config, logits_processor, streamer, settings, model_kwargs
+) -> DynamicCache:
+    """Refuses what SlimSpec decoding does not support, with one clear line each; returns the target's cache."""
+    attention, config = getattr(model.config, "_attn_implementation", None), generation_config
+    if input_ids.shape[0] > 1:
+        batched = f"SlimSpec decoding with batch size {input_ids.shape[0]}"
+        if streamer is not None:
+            raise ValueError(f"{batched} cannot stream (batch size 1 only); drop the streamer or pass one prompt.")
+        if layer_windows(model.config.get_text_config(decoder=True)) is not None and attention not in TREE_ATTENTION:
+            raise ValueError(
+                f"{batched} passes a sliding-window target 4-D attention masks, which `attn_implementation="
+                f'{attention!r}` does not take; load it with `attn_implementation="sdpa"` or pass one prompt at a time.'
+            )
+        if config.return_dict_in_generate and (
+            config.output_scores or config.output_logits or config.output_hidden_states
+        ):
+            raise ValueError(
+                f"{batched} returns `sequences` only; drop output_scores/output_logits/output_hidden_states or pass "
+                "one prompt."
+            )
+        processing = LogitsProcessing(logits_processor)
+        if processing.processors is not None and not processing.row_wise:
+            names = sorted({type(p).__name__ for p in processing.processors if not is_row_wise(p)})
+            raise ValueError(
+                f"{batched} applies logits processors per row; {names} hold per-batch state: pass one prompt."
+            )
+    if config.num_beams > 1 or config.num_return_sequences > 1:
+        raise ValueError(
+            f"SlimSpec decoding draws one sequence (greedy or sampled); got num_beams={config.num_beams}, "
+            f"num_return_sequences={config.num_return_sequences}. Drop them or the drafter."
+        )
+    if config.return_dict_in_generate and config.output_attentions:
+        raise ValueError(
+            "SlimSpec decoding returns `scores`, `logits` and `hidden_states`: `output_attentions` is not supported "
+            "(the target's attention rows belong to draft nodes, not to tokens)."
+        )
+    unknown = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _KNOWN_MODEL_KWARGS)
+    if unknown:
+        raise ValueError(f"SlimSpec decoding supports text-only decoder inputs; got model kwargs {unknown}.")
+    if settings.draft_tree_size > 0 and settings.draft_tree_top_k > 1 and attention not in TREE_ATTENTION:
+        raise ValueError(
+            f"SlimSpec tree decoding passes the target a 4-D tree attention mask, which `attn_implementation="
+            f'{attention!r}` does not take; load the target with `attn_implementation="sdpa"` or `"eager"`, or '
+            "draft chains (`draft_tree_size=0`)."
+        )
+    validate_pairing(drafter, model)
+    check_drafter_placement(model, drafter)
+    drafter.attach_target(model)
+    return target_cache(model_kwargs.get("cache", model_kwargs.get("past_key_values")))
+
+
+def target_cache(cache) -> DynamicCache:
+    """A cache the loop can roll back: a fresh `DynamicCache` with full-attention layers for every layer type.
+
+    transformers' own cache keeps only the window of sliding-window layers, which drops positions a rejected draft
+    pushed out of it; full layers keep every position and the masks apply the window instead."""
+    if cache is None:
+        return DynamicCache()
+    if type(cache) is not DynamicCache:
+        raise ValueError(
+            f"SlimSpec decoding rolls the target's KV cache back to the accepted tokens and needs a `DynamicCache`, "
+            f"got {type(cache).__name__}. Drop `cache_implementation`/`cache`."
+        )
+    if cache.get_seq_length() != 0:
+        raise ValueError("SlimSpec decoding starts from an empty cache; a prefilled `cache` is not supported.")
+    return DynamicCache()
 
 
 __all__ = [
     "cache_keyword",
     "captured_hidden_states",
+    "check_decoding_inputs",
+    "check_drafter_placement",
     "layer_windows",
     "plain_lm_head",
     "row_states",
     "shared_kv_heads",
+    "target_cache",
     "TargetLogits",
     "TargetSlots",
     "TREE_ATTENTION",

@@ -94,7 +94,7 @@ def _draft_sentence(card: str) -> str:
 def test_pushed_card_of_the_shipped_drafter_states_its_generation_config(tmp_path, monkeypatch):
     """The card `slimspec push` uploads states the folder's generation_config.json settings (not the defaults a new
     drafter gets), as `render_model_card(folder)` does, and generation_config.json itself is uploaded."""
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings
     from slimspec_hf.interop import hub
     from slimspec_hf.interop.model_card import render_model_card
 

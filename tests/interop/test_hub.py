@@ -434,7 +434,7 @@ def _draft_sentence(card: str) -> str:
 
 def _folder_settings(work: Path) -> dict:
     """The pushed folder's generation_config.json, checked to differ from a new drafter's draft settings."""
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings
 
     settings = json.loads((work / "settings" / "generation_config.json").read_text())
     assert settings["num_assistant_tokens"] != DraftSettings.num_assistant_tokens

@@ -134,28 +134,6 @@ def test_results_from_a_bench_report_take_its_conditions(tmp_path):
     assert "| k (draft tokens per round) | 6 (the drafter's default) |" in card
 
 
-def test_results_and_configs_of_earlier_releases_name_k_the_old_way(tmp_path):
-    """`num_speculative_tokens` (results entries, bench reports and stored card inputs written before the draft
-    length took transformers' name; config.json files that held k) reads as `num_assistant_tokens`."""
-    from slimspec_hf.interop.model_card import write_model_card
-
-    entry = {"dataset": "MT-Bench", "acceptance_length": 2.1, "num_speculative_tokens": 4}
-    card = str(render_model_card(_config(), results=entry))
-    assert "| k (draft tokens per round) | 4 |" in card and "num_speculative_tokens" not in card
-    meta = _front_matter(card)
-    assert meta["model-index"][0]["results"][0]["dataset"]["args"] == {"num_assistant_tokens": 4}
-    report = {"config": {"num_speculative_tokens": 3}, "model_index": {"d": [{"dataset": "MT-Bench", "speedup": 1.3}]}}
-    (tmp_path / "results.json").write_text(json.dumps(report))
-    card = str(render_model_card(_config(), results=f"{tmp_path / 'results.json'}#d"))
-    assert "| k (draft tokens per round) | 3 |" in card
-    folder = tmp_path / "drafter"  # a drafter folder of an earlier release: k in config.json, old card inputs
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(_config(num_speculative_tokens=2)))
-    (folder / "slimspec_card.json").write_text(json.dumps({"results": [entry]}))
-    card = write_model_card(folder).read_text()
-    assert "It drafts 2 tokens per round" in card and "| k (draft tokens per round) | 4 |" in card
-
-
 def test_push_offers_license(capsys):
     from slimspec_hf import cli
 
@@ -209,8 +187,7 @@ def test_card_states_the_decoding_defaults_of_the_folder(tmp_path):
 def test_card_of_a_model_or_a_bare_config_states_its_decoding_defaults(tmp_path):
     """Rendered from a drafter object, the card reads the drafter's generation_config; from a config without any
     decoding settings, the defaults a new drafter gets — never "drafts None tokens"."""
-    from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
-    from slimspec_hf.generation_slimspec import DraftSettings
+    from slimspec_hf import DraftSettings, SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 
     config = SlimSpecDrafterConfig(
         hidden_size=32,

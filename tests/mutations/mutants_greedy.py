@@ -230,7 +230,7 @@ MUTANTS = [
     ),
     Mutant(
         name="statistics: one drafter serving several threads keeps one last_generation_stats for all of them",
-        edits=(Edit("generation_slimspec.py", "_CALLS = threading.local()", "_CALLS = type('Shared', (), {})()"),),
+        edits=(Edit(DECODING, "_CALLS = threading.local()", "_CALLS = type('Shared', (), {})()"),),
         tests=(f"{GEN}::test_one_drafter_serving_several_threads_gives_each_call_its_own_statistics",),
     ),
     Mutant(

@@ -4,9 +4,10 @@
     target.generate(**inputs, custom_generate="<repo or folder holding custom_generate/>", trust_remote_code=True,
                     assistant_model=drafter, draft_tree_size=16, draft_tree_depth=4, draft_tree_top_k=4)
 
-transformers hands this `generate` every argument of `generate()` (with `model` for `self`). The decoding itself is
-`decoding_slimspec.slimspec_generate`, found next to the drafter's own modeling code (the remote-code unit a SlimSpec
-drafter ships with) or, failing that, in the installed `slimspec_hf` package. Imports only the standard library here.
+transformers hands this `generate` every argument of `generate()` (with `model` for `self`). It takes the same route
+as `target.generate(**inputs, assistant_model=drafter)`: `decoding_slimspec.generate_with_drafter`, found next to
+the drafter's own modeling code (the remote-code unit a SlimSpec drafter ships with) or, failing that, in the
+installed `slimspec_hf` package. Imports only the standard library here.
 """
 
 import importlib
@@ -26,21 +27,13 @@ def _decoding_module(drafter):
     )
 
 
-def generate(model, *args, assistant_model=None, streamer=None, **kwargs):
+def generate(model, assistant_model=None, **kwargs):
     """Runs `model.generate` with a SlimSpec drafter (`assistant_model`); the drafter's decoding settings
     (`draft_tree_size`, `draft_lookup`, `num_assistant_tokens`, ...) are taken from the keywords."""
-    if assistant_model is None:
+    if getattr(getattr(assistant_model, "config", None), "model_type", None) != "slimspec_drafter":
         raise ValueError(
-            "SlimSpec decoding needs the drafter: pass `assistant_model=<SlimSpec drafter>` to `generate()`."
+            "SlimSpec decoding needs the drafter: pass `assistant_model=<SlimSpec drafter>` to `generate()`; got "
+            f"{type(assistant_model).__name__}."
         )
     decoding = _decoding_module(assistant_model)
-    names = decoding.DraftSettings.names()
-    settings = {name: kwargs.pop(name) for name in names if name in kwargs}
-    return model.generate(
-        *args,
-        custom_generate=decoding.slimspec_generate,
-        drafter=assistant_model,
-        draft_settings=settings,
-        draft_streamer=streamer,
-        **kwargs,
-    )
+    return decoding.generate_with_drafter(type(model).generate, model, assistant_model, kwargs)

@@ -19,14 +19,13 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
-from ..generation_slimspec import draft_generation_config
+from ..drafting_slimspec import draft_generation_config
 from ..targets import EMBEDDED_TARGETS, embedded_target, is_embedded
 from ..training.card_inputs import CARD_INPUTS_FILE, load_card_inputs, plain, recipe_dict
 from ..training.config import SlimSpecConfig, card_fields
@@ -144,7 +143,6 @@ RESULT_CONTEXT = (
     ("dtype", "dtype"),
     ("hardware", "hardware"),
 )
-LEGACY_RESULT_KEYS = {"num_speculative_tokens": "num_assistant_tokens"}  # earlier releases' results key: today's
 # The draft settings the card states, read from the drafter's generation_config (else its defaults).
 CARD_DRAFT_SETTINGS = ("num_assistant_tokens", "draft_lookup", "draft_tree_size")
 
@@ -186,7 +184,7 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
             )
         config = json.loads(path.read_text(encoding="utf-8"))
         name = (folder if folder.is_dir() else folder.parent).resolve().name
-        decoding = path.parent / "generation_config.json"  # the decoding defaults, which override the config's k
+        decoding = path.parent / "generation_config.json"  # the decoding defaults
         if decoding.is_file():
             settings = json.loads(decoding.read_text(encoding="utf-8"))
     else:
@@ -195,7 +193,7 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
             f"{type(model_dir_or_config).__name__}."
         )
     # the drafter's defaults where its generation_config (or a bare config, or a folder without one) sets nothing
-    defaults = draft_generation_config(SimpleNamespace(**config)).to_dict()
+    defaults = draft_generation_config().to_dict()
     settings = {**defaults, **{key: value for key, value in (settings or {}).items() if value is not None}}
     if settings.get("num_assistant_tokens"):
         config["num_assistant_tokens"] = settings["num_assistant_tokens"]
@@ -271,7 +269,7 @@ def read_results(results: Any) -> list[dict] | None:
                     f"`results` {path} is a `slimspec bench` report with drafters {sorted(index)}; got "
                     f"{name or 'no name'}. Pass `{path}#<drafter name>`."
                 )
-            config = _current_keys(results.get("config") or {})
+            config = results.get("config") or {}
             conditions = {
                 "num_assistant_tokens": config.get("num_assistant_tokens"),
                 "num_samples": config.get("num_questions"),
@@ -288,7 +286,6 @@ def read_results(results: Any) -> list[dict] | None:
         raise TypeError(f"`results` must be a dict of metrics or a list of them, got {type(results).__name__}.")
     cleaned = []
     for entry in entries:
-        entry = _current_keys(entry)
         found = [key for key in METRICS if entry.get(key) is not None]
         if not found:
             raise ValueError(
@@ -306,12 +303,6 @@ def read_results(results: Any) -> list[dict] | None:
             )
         cleaned.append(plain(entry))
     return cleaned
-
-
-def _current_keys(values: Mapping) -> dict:
-    """`values` (a results entry, a bench config) with the `LEGACY_RESULT_KEYS` renamed; a current key wins."""
-    legacy = {new: values[old] for old, new in LEGACY_RESULT_KEYS.items() if old in values}
-    return {**legacy, **{k: v for k, v in values.items() if k not in LEGACY_RESULT_KEYS}}
 
 
 def prompt_sources(dataset_path: str | os.PathLike | None) -> dict[str, int] | None:
