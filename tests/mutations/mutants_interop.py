@@ -76,7 +76,7 @@ MUTANTS = [
     ),
     Mutant(
         name="recover: a resumed fit draws its batches from the start of the sequence again",
-        edits=(Edit(RECOVER, '            generator.set_state(saved["generator"])\n', "            pass\n"),),
+        edits=(Edit(RECOVER, '        generator.set_state(saved["generator"])\n', "        pass\n"),),
         tests=(RECOVER_RESUME,),
     ),
 ]

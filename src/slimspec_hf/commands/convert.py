@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtype", choices=DTYPE_CHOICES[1:], default="float32", help="dtype of the saved drafter (default float32)"
     )
+    add_recovery_arguments(parser)
+    return parser
+
+
+def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--recover` and its options: fitting a converted low-rank head to the source's dense head."""
     recovery = parser.add_argument_group("recovery (low-rank heads): fit the head to the source's dense head")
     recovery.add_argument(
         "--recover",
@@ -96,7 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     recovery.add_argument(
         "--recover-prompts", type=int, default=200, help="prompts the target answers for --recover (default 200)"
     )
-    return parser
 
 
 def recover_prompts(args) -> list[str] | None:

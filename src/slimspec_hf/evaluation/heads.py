@@ -243,19 +243,24 @@ def build_heads(
         # row-major weight about twice as fast on this CPU. Only timed at small batches (see `measure_cell`).
         for head in ("full", "low-rank", "trimmed"):
             heads[(head, NO_ONEDNN)] = _without_onednn(heads[(head, "as stored")])
-    if model_head:  # the package's own LowRankHead module, before and after storing `up.weight` column-major
-        from ..modeling_slimspec import LowRankHead
-
-        before = LowRankHead(d, V, r).to(device=device, dtype=dtype).requires_grad_(False)
-        before.down.weight.copy_(down)
-        before.up.weight.copy_(up)
-        after = LowRankHead(d, V, r).to(device=device, dtype=dtype).requires_grad_(False)
-        after.down.weight.copy_(down)
-        after.up.weight.copy_(up)
-        store_column_major(after.up.weight)
-        heads[("LowRankHead", "as stored")] = before
-        heads[("LowRankHead", "T-layout")] = after
+    if model_head:
+        heads[("LowRankHead", "as stored")] = _model_head(down, up, column_major=False)
+        heads[("LowRankHead", "T-layout")] = _model_head(down, up, column_major=True)
     return heads
+
+
+def _model_head(down: torch.Tensor, up: torch.Tensor, column_major: bool):
+    """The package's own `LowRankHead` module holding W_down and W_up (on their device, in their dtype), with
+    `up.weight` stored column-major (`store_column_major`) or as the model builds it."""
+    from ..modeling_slimspec import LowRankHead
+
+    (r, d), V = down.shape, up.shape[0]
+    head = LowRankHead(d, V, r).to(device=down.device, dtype=down.dtype).requires_grad_(False)
+    head.down.weight.copy_(down)
+    head.up.weight.copy_(up)
+    if column_major:
+        store_column_major(head.up.weight)
+    return head
 
 
 def check_layouts_agree(

@@ -139,6 +139,21 @@ def evaluate_head(teacher_w, down, up, states, chunk: int = 2048) -> dict:
     return {"kl": kl / states.shape[0], "top1_agreement": agree / states.shape[0]}
 
 
+def _resume_fit(work: Path, down, up, optimizer, generator) -> dict:
+    """Loads a previous call's fit from `work` (its factors, Adam's moments and the batch sampler's state); returns
+    its record."""
+    from safetensors.torch import load_file
+
+    record = json.loads((work / FIT_STATE).read_text())
+    saved = load_file(str(work / FIT_FILE))
+    down.data.copy_(saved["down"])
+    up.data.copy_(saved["up"])
+    optimizer.load_state_dict(_adam_state(optimizer, saved, record["adam_step"]))
+    if "generator" in saved:  # the batches continue where the last call's ended (fits saved before: reseeded)
+        generator.set_state(saved["generator"])
+    return record
+
+
 def fit_low_rank_head(
     head: LowRankHead,
     teacher_w: torch.Tensor,
@@ -160,17 +175,8 @@ def fit_low_rank_head(
     down = torch.nn.Parameter(head.down.weight.detach().float().clone())
     up = torch.nn.Parameter(head.up.weight.detach().float().clone())
     optimizer = torch.optim.Adam([down, up], lr=settings.learning_rate)
-    record_path = work / FIT_STATE
-    if record_path.is_file():  # a previous call's fit: its factors and Adam's moments
-        from safetensors.torch import load_file
-
-        record = json.loads(record_path.read_text())
-        saved = load_file(str(work / FIT_FILE))
-        down.data.copy_(saved["down"])
-        up.data.copy_(saved["up"])
-        optimizer.load_state_dict(_adam_state(optimizer, saved, record["adam_step"]))
-        if "generator" in saved:  # the batches continue where the last call's ended (fits saved before: reseeded)
-            generator.set_state(saved["generator"])
+    if (work / FIT_STATE).is_file():  # a previous call's fit
+        record = _resume_fit(work, down, up, optimizer, generator)
     else:
         svd = evaluate_head(teacher_w, head.down.weight, head.up.weight, states[held])
         start_down, start_up = activation_aware_factors(teacher_w.double(), second_moment(states[fit]), head.rank)
