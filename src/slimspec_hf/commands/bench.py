@@ -50,6 +50,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--drafter", action="append", default=[], metavar="PATH", help="drafter folder or Hub id (repeatable)"
     )
     p.add_argument("--name", action="append", default=None, help="display name per --drafter (default: folder name)")
+    add_row_arguments(p)
+    add_question_arguments(p)
+    add_draft_length_argument(p, None, "tokens drafted per round (default: each drafter's own)")
+    p.add_argument(
+        "--confidence-threshold",
+        type=float,
+        nargs="+",
+        default=[],
+        metavar="P",
+        help="also run each drafter with assistant_confidence_threshold=P (rows named NAME@pP)",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="B",
+        help="batched decoding instead: plain batched generate() against each drafter row (as without it: -k, "
+        "--draft-lookup, --draft-tree, --confidence-threshold; a drafter with a draft_max_batch_size also as "
+        "NAME@any-batch, drafting at every B) at each batch size and temperature, batches of B questions "
+        "interleaved; writes batch_sweep.json",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
+    p.add_argument("--timing-repeats", type=int, default=20)
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--output-dir", default="bench-results")
+    add_runtime_arguments(p)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def add_row_arguments(p: argparse.ArgumentParser) -> None:
+    """The rows beside each drafter (merged heads, prompt lookup, hybrid lookup, trees) and the reference row."""
     p.add_argument(
         "--reference",
         default=None,
@@ -85,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run each drafter drafting a dynamic tree of this shape, e.g. 16/4/4 (row NAME+tree16/4/4; with "
         "--draft-lookup also NAME+tree16/4/4+lookup); repeatable",
     )
+
+
+def add_question_arguments(p: argparse.ArgumentParser) -> None:
+    """Which questions are asked, and how they are answered and timed."""
     p.add_argument("--dataset", choices=sorted(DATASETS), default="spec_bench")
     p.add_argument(
         "--data",
@@ -104,34 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampled runs keep the smallest set of tokens holding probability P (default 1: all; no top-k cut)",
     )
     p.add_argument("--repeats", type=int, default=1, help="runs per question and system; the median time is kept")
-    add_draft_length_argument(p, None, "tokens drafted per round (default: each drafter's own)")
-    p.add_argument(
-        "--confidence-threshold",
-        type=float,
-        nargs="+",
-        default=[],
-        metavar="P",
-        help="also run each drafter with assistant_confidence_threshold=P (rows named NAME@pP)",
-    )
-    p.add_argument(
-        "--batch-sizes",
-        type=int,
-        nargs="+",
-        default=None,
-        metavar="B",
-        help="batched decoding instead: plain batched generate() against each drafter row (as without it: -k, "
-        "--draft-lookup, --draft-tree, --confidence-threshold; a drafter with a draft_max_batch_size also as "
-        "NAME@any-batch, drafting at every B) at each batch size and temperature, batches of B questions "
-        "interleaved; writes batch_sweep.json",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--context-length", type=int, default=256, help="cached positions in the step-time breakdown")
-    p.add_argument("--timing-repeats", type=int, default=20)
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--output-dir", default="bench-results")
-    add_runtime_arguments(p)
-    p.add_argument("--no-progress", action="store_true")
-    return p
 
 
 def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) -> int:
