@@ -3,7 +3,8 @@
 import pytest
 
 from slimspec_hf.evaluation.batching import batch_systems, render_sweep, run_batch_sweep, summarize
-from slimspec_hf.evaluation.benchmark import BenchmarkSettings, build_systems, load_questions, run_benchmark
+from slimspec_hf.evaluation.benchmark import BenchmarkSettings, load_questions, run_benchmark
+from slimspec_hf.evaluation.systems import build_systems
 
 from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 

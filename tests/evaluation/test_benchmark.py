@@ -220,7 +220,8 @@ def test_greedy_records_same_tokens_for_every_system(tmp_path):
 def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
     """`--draft-tree 4/2/2 --draft-lookup`: per drafter a chain, a hybrid chain, a tree and a hybrid tree, all
     generating the target's greedy tokens."""
-    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, build_systems, run_benchmark
+    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, run_benchmark
+    from slimspec_hf.evaluation.systems import build_systems
 
     target = make_tiny_target(eos_token_id=1)
     drafter = _drafter(target, 2)
@@ -329,7 +330,8 @@ def test_merged_drafters_multiply_out_low_rank_heads_only():
     other heads are not merged; no low-rank drafter, or a taken name, is refused."""
     import torch
 
-    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, _check_benchmark_inputs, add_merged_drafters
+    from slimspec_hf.evaluation.benchmark import BenchmarkSettings, _check_benchmark_inputs
+    from slimspec_hf.evaluation.systems import add_merged_drafters
     from slimspec_hf.heads_slimspec import FullHead, LowRankHead
 
     target = make_tiny_target(eos_token_id=1)

@@ -11,13 +11,13 @@ from pathlib import Path
 from ..evaluation.benchmark import (
     DATASETS,
     BenchmarkSettings,
-    add_merged_drafters,
     default_questions_path,
     load_questions,
     render_markdown,
     run_benchmark,
     write_outputs,
 )
+from ..evaluation.systems import add_merged_drafters
 from .common import (
     CommandError,
     add_draft_length_argument,
@@ -149,7 +149,7 @@ def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) 
     import torch
 
     from ..evaluation.batching import batch_systems, render_sweep, run_batch_sweep, summarize
-    from ..evaluation.benchmark import build_systems
+    from ..evaluation.systems import build_systems
     from ..utils import atomic_write_json
 
     systems = build_systems(

@@ -5,7 +5,7 @@
 batches a decoder-only model), and every system generates every batch, interleaved batch by batch, so that the
 systems share the machine's noise. Throughput counts each row's new tokens up to and including its EOS (the
 padding after it is not counted), the same way for every system. The systems are `slimspec bench`'s own
-(`benchmark.build_systems`), sampled the same way (`timing.sampling_kwargs`: `top_p`, no top-k cut).
+(`systems.build_systems`), sampled the same way (`timing.sampling_kwargs`: `top_p`, no top-k cut).
 """
 
 from collections.abc import Sequence
@@ -42,7 +42,7 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
 
 
 def batch_systems(systems) -> dict[str, dict]:
-    """`generate()` keywords per system for the batched sweep, from `benchmark.build_systems`' list: every drafter
+    """`generate()` keywords per system for the batched sweep, from `systems.build_systems`' list: every drafter
     row, and for a drafter whose generation_config stops drafting above a batch size (`draft_max_batch_size`) also
     NAME@any-batch, its own row drafting at every batch size. The target alone is added by `run_batch_sweep`."""
     batched = {}
