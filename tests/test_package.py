@@ -19,6 +19,7 @@ LAYERS = {
     "drafting_slimspec": 0,
     "verification_slimspec": 0,
     "decoding_slimspec": 0,
+    "shapes_slimspec": 0,
     "modeling_slimspec": 0,
     "utils": 1,
     "paths": 1,

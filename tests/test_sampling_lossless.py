@@ -9,6 +9,7 @@ independent samples, which keeps the file within a minute. `tests/test_acceptanc
 exactly on tables; these tests prove the decoder wires it up through real models.
 """
 
+import itertools
 import math
 
 import pytest
@@ -275,3 +276,18 @@ def test_warped_drafts_sample_the_joint_distribution_in_a_left_padded_batch(mode
     )
     assert min(acceptance[:2]) > 0.2, acceptance
     assert worst_ratio(target, [LONG, SHORT], drawn, windows=((1, 2), (2, 2)), steps=4, warped=True) < 1.0
+
+
+def test_auto_shapes_changing_every_round_sample_the_joint_distribution(monkeypatch):
+    """`draft_shape="auto"` changes the shape between rounds of one call (plain rounds included): forced here to a
+    new shape every round, in a left-padded batch; the joint of tokens 1–2 and 2–3 of each prompt is its target's."""
+    from slimspec_hf.shapes_slimspec import DraftShape, ShapeTuner
+
+    shapes = itertools.cycle([DraftShape(), DraftShape(2, 2, 1), DraftShape(3, 2, 2), DraftShape(1, 1, 1)])
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self: next(shapes))
+    target, drafter = make_pair(drafter_scale=0.2)
+    prompts = [[1, 5, 3, 7, 2], [4, 2]]
+    torch.manual_seed(0)
+    drawn, acceptance = sample(target, drafter, prompts, copies=32, calls=12, steps=3, draft_shape="auto")
+    assert acceptance[0] > 0.3, acceptance
+    assert worst_ratio(target, prompts, drawn, windows=((0, 2), (1, 2)), steps=3) < 1.0

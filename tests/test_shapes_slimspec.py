@@ -18,6 +18,8 @@ from slimspec_hf.shapes_slimspec import (
     tokens_by_size,
 )
 
+from .conftest import make_tiny_drafter
+
 
 def observed(rank_probabilities, depths=8, rounds=10_000, max_rank=8):
     """A `DepthAcceptance` that has seen `rounds` rounds at every depth with these rank probabilities."""
@@ -185,3 +187,83 @@ def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
     tuner, used = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     assert max(s.size for s in used) <= 7  # wider probes could not pay once 4 tokens cost 4 plain rounds
     assert tuner.shape.is_plain and all(s.is_plain for s in used[-100:])
+
+
+# -- `draft_shape="auto"` in the decoding loop --------------------------------------------------------------------
+
+
+def forced_shapes(monkeypatch, shapes):
+    """Every tuner's rounds take `shapes` in turn (plain rounds included), whatever it measured."""
+    import itertools
+
+    cycle = itertools.cycle(shapes)
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self: next(cycle))
+
+
+SHAPE_CYCLE = [DraftShape(), DraftShape(1, 1, 1), DraftShape(3, 3, 1), DraftShape(4, 1, 4), DraftShape(6, 3, 2)]
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_auto_shapes_changing_every_round_keep_greedy_output(monkeypatch, tiny_target, lookup):
+    import torch
+
+    forced_shapes(monkeypatch, SHAPE_CYCLE)
+    drafter = make_tiny_drafter(tiny_target)
+    prompts = [[5, 9, 17, 3, 22, 8, 5, 9, 17, 3], [7, 1, 7, 1], [2, 30, 41, 2, 30, 41, 2]]
+    for rows in ([prompts[0]], prompts):
+        length = max(len(p) for p in rows)
+        ids = torch.tensor([[0] * (length - len(p)) + p for p in rows])
+        mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in rows])
+        kwargs = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+        plain = tiny_target.generate(ids, **kwargs)
+        out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=lookup, **kwargs)
+        assert torch.equal(out, plain)
+        stats = drafter.last_generation_stats
+        assert stats.rounds_by_source.get("plain", 0) > 0 and stats.draft_shape["shape"] in {
+            str(s) for s in SHAPE_CYCLE
+        }
+
+
+def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(tiny_target):
+    import torch
+
+    from slimspec_hf.drafting_slimspec import DraftSettings
+
+    drafter = make_tiny_drafter(tiny_target)  # random: accepts almost nothing, so plain decoding wins
+    drafter.generation_config.draft_shape = "auto"  # the drafter's default, as a shipped drafter's
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3]])
+    tiny_target.generate(ids, assistant_model=drafter, max_new_tokens=40, do_sample=False)
+    first = drafter.last_generation_stats
+    assert first.rounds_by_source.get("plain", 0) > 0 and first.draft_shape["shape"] == "plain"
+    tiny_target.generate(ids, assistant_model=drafter, max_new_tokens=8, do_sample=False)
+    assert drafter.last_generation_stats.rounds == 0  # plain generate(): no round of the loop
+    assert drafter.last_generation_stats.draft_shape == {"shape": "plain"}
+    # a shape the call sets wins over the machine's choice
+    tiny_target.generate(ids, assistant_model=drafter, max_new_tokens=8, do_sample=False, num_assistant_tokens=2)
+    assert drafter.last_generation_stats.rounds > 0 and not drafter.last_generation_stats.draft_shape
+    auto = drafter.generation_config
+    assert DraftSettings.resolve(auto, {"draft_tree_size": 8}).draft_shape == "fixed"
+    assert (
+        DraftSettings.resolve(auto, {"draft_batched": {"num_assistant_tokens": 2}}, batched=True).draft_shape
+        == "fixed"
+    )
+    assert DraftSettings.resolve(auto, {"draft_lookup": True}).draft_shape == "auto"  # not a shape setting
+    assert DraftSettings.resolve(auto, {"draft_shape": "auto", "draft_tree_size": 8}).draft_shape == "auto"
+    with pytest.raises(ValueError, match="`draft_shape` must be one of \\['auto', 'fixed'\\], got 'fast'"):
+        DraftSettings(draft_shape="fast")
+
+
+def test_depths_are_counted_below_the_nodes_the_drafter_ranked():
+    from slimspec_hf.drafting_slimspec import DraftTree
+    from slimspec_hf.shapes_slimspec import record_depths
+
+    tree = DraftTree()
+    a = tree.add(11, -1, -0.1)  # depth 1
+    b = tree.add(12, a, -0.2)  # depth 2
+    tree.ranked = {-1: [11, 40, 41], a: [50, 12, 51], b: [60, 61, 62]}
+    acceptance = DepthAcceptance(max_rank=3, max_depth=4, prior_weight=0.0)
+    record_depths(acceptance, tree, path=[a, b], token=61, sampled=False)  # ranks 1, 2, then the target's 61: 2
+    record_depths(acceptance, tree, path=[a], token=99, sampled=False)  # rank 1, then 99 not among the three
+    assert acceptance.counts[0][:4] == [2.0, 0.0, 0.0, 0.0]
+    assert acceptance.counts[1][:4] == [0.0, 1.0, 0.0, 1.0]
+    assert acceptance.counts[2][:4] == [0.0, 1.0, 0.0, 0.0]

@@ -57,6 +57,10 @@ class DraftSettings:
         draft_max_batch_size: batches of more prompts than this decode without the drafter (plain batched
             `generate()`); 0 sets no limit. Where a batch already keeps the hardware busy, verifying more tokens
             per row costs more than the drafter's accepted tokens save.
+        draft_shape: "auto" chooses each round's chain or tree, and plain decoding where nothing pays, from costs
+            measured on this machine as calls decode and the drafter's per-depth acceptance (`shapes_slimspec`); the
+            shape settings above are then where it starts. "fixed" drafts them as set. A call that sets any shape
+            setting (`SHAPE_SETTINGS`) drafts it as set.
     """
 
     num_assistant_tokens: int = 6
@@ -73,8 +77,13 @@ class DraftSettings:
     draft_sampling: dict = field(default_factory=dict)
     draft_batched: dict = field(default_factory=dict)
     draft_max_batch_size: int = 0
+    draft_shape: str = "fixed"
 
     VARIANTS = ("draft_sampling", "draft_batched")  # settings that replace others in some calls
+    SHAPES = ("auto", "fixed")
+    # the settings `draft_shape="auto"` chooses: a call that sets one of them keeps the shape it sets
+    SHAPE_SETTINGS = ("num_assistant_tokens", "draft_tree_size", "draft_tree_depth", "draft_tree_top_k")
+    SHAPE_SETTINGS += ("draft_max_batch_size",)
 
     # the least value of each integer setting
     MINIMA = {
@@ -95,6 +104,9 @@ class DraftSettings:
             elif name == "draft_lookup":
                 if not isinstance(value, bool):
                     raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+            elif name == "draft_shape":
+                if value not in self.SHAPES:
+                    raise ValueError(f"`{name}` must be one of {list(self.SHAPES)}, got {value!r}.")
             else:
                 least = self.MINIMA.get(name, 1)
                 least = getattr(self, least) if isinstance(least, str) else least
@@ -133,8 +145,12 @@ class DraftSettings:
         for name in applying:
             values.update(values.get(name) or {})
         values.update(overrides)
+        explicit = set(overrides)
         for name in applying:
             values.update(overrides.get(name) or {})
+            explicit |= set(overrides.get(name) or {})
+        if "draft_shape" not in explicit and explicit & set(cls.SHAPE_SETTINGS):
+            values["draft_shape"] = "fixed"  # the caller's shape wins over the machine's choice
         return cls(**values)
 
     def tree_shape(self) -> "TreeShape":
@@ -335,6 +351,7 @@ class DraftTree:
     states: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> drafter state fed to its children (d,)
     slots: dict[int, int] = field(default_factory=dict)  # node -> its position in the drafter's cache
     kept: list[int] = field(default_factory=list)
+    ranked: dict[int, list[int]] = field(default_factory=dict)  # node -> the drafter's likeliest children (tuning)
 
     def add(self, token: int, parent: int, score: float) -> int:
         self.tokens.append(token)
@@ -539,6 +556,7 @@ class TreeDrafter:
         self.state, self.shape = state, shape
         self.processing, self.do_sample, self.eos_ids = processing, do_sample, eos_ids
         self.min_logq = float("-inf") if shape.threshold <= 0 else float(torch.tensor(shape.threshold).log())
+        self.ranks = 0  # > 0: each greedy node keeps its `ranks` likeliest children in `tree.ranked`
 
     def draft(self, seqs, rows: list[int], root_logits, root_states, depths: list[int]) -> list[DraftTree]:
         """The trees of batch `rows` (`seqs` every row's sequence, `root_logits` (B, V) and `root_states` (B, d)
@@ -577,7 +595,10 @@ class TreeDrafter:
             tokens = torch.multinomial(q, self.shape.top_k, replacement=True)  # (F, top_k), i.i.d.
         else:
             q = None
-            tokens = logits.topk(min(self.shape.top_k, logits.shape[-1]), dim=-1).indices  # (F, top_k)
+            ranked = logits.topk(min(max(self.shape.top_k, self.ranks), logits.shape[-1]), dim=-1).indices
+            tokens = ranked[:, : self.shape.top_k]  # (F, top_k)
+            if self.ranks:  # kept for the per-depth acceptance of `draft_shape="auto"`
+                tree.ranked.update(zip(frontier, ranked.tolist()))
         token_logq = logq.gather(-1, tokens).tolist()
         expandable = []
         for f, parent in enumerate(frontier):

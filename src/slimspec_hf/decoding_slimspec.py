@@ -29,6 +29,7 @@ from .drafting_slimspec import (
     Proposal,
     TreeDrafter,
 )
+from .shapes_slimspec import plain_is_chosen, round_timer
 from .verification_slimspec import (
     TREE_ATTENTION,
     TargetLogits,
@@ -124,7 +125,8 @@ def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, process
 class SlimSpecGenerationStats:
     """Acceptance statistics of one `generate()` call: the output's `slimspec_stats` (`return_dict_in_generate`) and
     the drafter's `last_generation_stats` (the calling thread's last call). Rounds are also counted by draft source:
-    `"drafter"`, `"lookup"` or `"drafter+lookup"`."""
+    `"drafter"`, `"lookup"`, `"drafter+lookup"` or `"plain"`. With `draft_shape="auto"`, `draft_shape` holds the
+    shape chosen last and its predicted and measured speed-ups over plain decoding."""
 
     rounds: int = 0
     drafted_tokens: int = 0
@@ -134,6 +136,7 @@ class SlimSpecGenerationStats:
     rounds_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     per_row: list["SlimSpecGenerationStats"] = field(default_factory=list)  # batch > 1: each prompt's own
+    draft_shape: dict = field(default_factory=dict)
 
     @classmethod
     def combined(cls, rows: list["SlimSpecGenerationStats"]) -> "SlimSpecGenerationStats":
@@ -197,6 +200,7 @@ class SlimSpecGenerationStats:
             "rounds_by_source": dict(self.rounds_by_source),
             "acceptance_length_by_source": self.acceptance_length_by_source,
             **({"per_row": [row.as_dict() for row in self.per_row]} if self.per_row else {}),
+            **({"draft_shape": dict(self.draft_shape)} if self.draft_shape else {}),
         }
 
 
@@ -284,6 +288,9 @@ class SpeculativeDecoder:
         self.all_hidden_states = requested and bool(generation_config.output_hidden_states)
         self.captured = True if self.all_hidden_states else captured_hidden_states(self.layer_ids)
         self.cache_name = cache_keyword(target)
+        # `draft_shape="auto"`: each round's shape chosen from what the rounds measure (else None)
+        self.timer = round_timer(settings, target, drafter, self.shape, len(self.seqs), self.do_sample)
+        self.proposer.ranks = self.timer.ranks if self.timer is not None else 0
 
     def prefill(self) -> None:
         """The target reads every prompt and picks each row's first token."""
@@ -312,17 +319,24 @@ class SpeculativeDecoder:
     def round(self) -> list[torch.LongTensor]:
         """Drafts every active row, verifies them in one forward, accepts per row; returns each active row's
         appended tokens (1, n)."""
+        if self.timer is not None:
+            self.shape = self.proposer.shape = self.timer.start(self.shape.threshold)
         trees = self.propose()
+        if self.timer is not None:
+            self.timer.mark_drafted()
         hidden_states, verified, positions = self.verify(trees)
         logits = TargetLogits.of_round(trees, self.head, verified, self.lazy_head)
-        keeps, appended = [], []
+        keeps, appended, accepted = [], [], []
         for i, (b, tree) in enumerate(zip(self.active, trees)):
             seq = self.seqs[b]
             acceptance = accept(tree, logits[i], seq, self.processing, self.do_sample)
             new_tokens, keep = self.take(seq, tree, logits[i], acceptance)
             appended.append(self.record(i, tree, row_states(hidden_states, i), acceptance, new_tokens, keep))
             keeps.append(keep)
+            accepted.append(acceptance)
         self.slots.commit(self.cache, positions, keeps)
+        if self.timer is not None:
+            self.timer.end(trees, accepted, sum(a.shape[1] for a in appended), self.do_sample)
         return appended
 
     def retire(self, stopping_criteria, scores=None) -> None:
@@ -354,6 +368,8 @@ class SpeculativeDecoder:
         lookup = self.lookup
         match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
         tree = lookup_tree(match.tokens) if lookup is not None and lookup.drafts_alone(match) else None
+        if tree is None and self.shape.depth == 0:
+            tree = DraftTree(source="plain")  # a plain round (`draft_shape="auto"`): no drafter call
         return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
 
     def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: RoundPlan) -> DraftTree:
@@ -527,6 +543,8 @@ def slimspec_generate(
     if streamer is not None:
         streamer.end()
     stats = decoder.stats()  # a batch's totals are computed here, at the end
+    if decoder.timer is not None:
+        stats.draft_shape = decoder.timer.report()
     record_stats(drafter, stats)
     return decoder.output(generation_config, stats)
 
@@ -546,8 +564,12 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     batch = ids.shape[0] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else 1
     sampled = bool(arguments.get("do_sample", getattr(passed or target.generation_config, "do_sample", False)))
     settings = DraftSettings.resolve(drafter.generation_config, overrides, sampled, batched=batch > 1)
-    if 0 < settings.draft_max_batch_size < batch:  # a batch this large decodes faster without the drafter
-        record_stats(drafter, SlimSpecGenerationStats())
+    if settings.draft_shape == "auto":  # plain decoding where this machine's rounds chose it
+        plain = plain_is_chosen(target, batch, sampled)
+    else:  # a batch this large decodes faster without the drafter
+        plain = 0 < settings.draft_max_batch_size < batch
+    if plain:
+        record_stats(drafter, SlimSpecGenerationStats(draft_shape={"shape": "plain"}))
         return generate(target, **arguments)
     streamer = arguments.pop("streamer", None)
     return generate(

@@ -17,11 +17,15 @@ tokens, where c_j(m) is the probability that the target's token at depth j is am
 nodes spread over the depths where they add most). Plain decoding yields one token per row for T_verify(B, 1). The
 shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding when none beats it.
 
-Imports only the standard library: part of the remote-code unit.
+Part of the remote-code unit: it imports only the standard library and `torch`.
 """
 
 import math
+import time
+import weakref
 from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class DepthAcceptance:
     prior: tuple[float, ...] = (0.6, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01)  # P(rank m) at any depth
     prior_weight: float = 4.0
     counts: list[list[float]] = field(default_factory=list)  # [depth][rank], rank max_rank = not among them
+    draws: bool = False  # sampling: rank 1 counts an accepted draw; m draws cover 1 - (1 - c(1))^m
 
     def __post_init__(self):
         if not self.counts:
@@ -100,6 +105,8 @@ class DepthAcceptance:
         """c_depth(m): the probability that the target's token at `depth` is among the drafter's m likeliest."""
         if m <= 0:
             return 0.0
+        if self.draws and m > 1:
+            return 1.0 - (1.0 - self.coverage(depth, 1)) ** m
         row = self.counts[min(depth, self.max_depth) - 1]
         m = min(m, self.max_rank)
         prior = list(self.prior[: self.max_rank]) + [0.0] * (self.max_rank - len(self.prior))
@@ -244,6 +251,8 @@ class CostLog:
 
     def __init__(self, batch_size: int, keep: int = 9):
         self.batch_size, self.keep = batch_size, keep
+        self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
+        self.plain_calls = 0  # calls since that decoded without the drafter
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
 
@@ -328,6 +337,7 @@ class ShapeTuner:
                 candidates = candidate_shapes(widest, self.acceptance.max_depth, self.top_ks)
                 self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
                 self.shape = self.choice.shape
+                self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
         return self.shape
 
     def may_pay(self, probe: DraftShape) -> bool:
@@ -343,11 +353,13 @@ class ShapeTuner:
         shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
         return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
 
-    def observe(self, shape: DraftShape, verify_seconds: float, draft_steps: list, accepted: int) -> None:
-        """One round of `shape`: its verification time, its drafter steps as (nodes per row, seconds), and the
-        drafted tokens the target accepted (per row, averaged over the batch)."""
+    def observe(
+        self, shape: DraftShape, verify_seconds: float, draft_steps: list, accepted: float, width: int | None = None
+    ) -> None:
+        """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
+        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row, over the batch)."""
         self.rounds += 1
-        self.log.add_verify(shape.size + 1, verify_seconds)
+        self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
         for nodes, seconds in draft_steps:
             self.log.add_draft(max(1, round(nodes)), seconds)
         if self.probes and shape.size == self.probes[0]:
@@ -357,7 +369,123 @@ class ShapeTuner:
             self.accepted += accepted
 
 
+# What the calls of this process measured: verification and drafter-step costs per target and batch size, and each
+# drafter's per-depth acceptance (greedy and sampled apart). Weak keys: a model's entries go with the model.
+_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ACCEPTANCE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cost_log(target, batch_size: int) -> CostLog:
+    """The costs measured for `target` (on its device, in its dtype) at `batch_size` rows."""
+    logs = _COSTS.setdefault(target, {})
+    return logs.setdefault((str(target.device), str(target.dtype), batch_size), CostLog(batch_size))
+
+
+def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
+    """The per-depth acceptance measured for `drafter` (greedy or sampled)."""
+    per_mode = _ACCEPTANCE.setdefault(drafter, {})
+    return per_mode.setdefault(sampled, DepthAcceptance(draws=sampled))
+
+
+def plain_is_chosen(target, batch_size: int, sampled: bool, recheck_every: int = 8) -> bool:
+    """Whether the calls so far chose plain decoding for `target` at `batch_size` rows, greedy or `sampled`: such
+    calls skip the drafter, but every `recheck_every`-th one decodes with it again, so that a drafter whose
+    acceptance rises (other prompts, code after chat) gets chosen again."""
+    log = _COSTS.get(target, {}).get((str(target.device), str(target.dtype), batch_size))
+    if log is None or not log.plain_chosen[sampled]:
+        return False
+    log.plain_calls += 1
+    return log.plain_calls % recheck_every != 0
+
+
+def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool) -> "RoundTimer | None":
+    """The `RoundTimer` of a `draft_shape="auto"` call (None for a fixed shape), starting from `shape` (the settings'
+    `TreeShape`) with what this process measured for the target at this batch size and for the drafter."""
+    if settings.draft_shape != "auto":
+        return None
+    start = DraftShape(shape.size, shape.depth, shape.top_k)
+    tuner = ShapeTuner(cost_log(target, batch_size), depth_acceptance(drafter, sampled), start)
+    return RoundTimer(tuner, target.device, type(shape))
+
+
+class RoundTimer:
+    """Times a call's rounds for its `ShapeTuner`: the drafter's part and the rest (verification, acceptance), with
+    the device synchronised at each mark so that queued GPU work is counted where it ran. `tree_shape` is the
+    decoding loop's shape class (size, depth, top_k, threshold)."""
+
+    def __init__(self, tuner: ShapeTuner, device, tree_shape):
+        self.tuner, self.cuda = tuner, getattr(device, "type", str(device)) == "cuda"
+        self.tree_shape, self.ranks = tree_shape, tuner.acceptance.max_rank  # children ranked per greedy node
+        self.shape, self.started, self.drafted = tuner.shape, 0.0, 0.0
+        self.tokens, self.seconds = 0, 0.0
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def start(self, threshold: float):
+        """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
+        self.shape = self.tuner.next_shape()
+        self.started = self.drafted = self.now()
+        return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
+
+    def mark_drafted(self) -> None:
+        self.drafted = self.now()
+
+    def end(self, trees: list, accepted: list, tokens: int, sampled: bool) -> None:
+        """Marks the round's end: every row's draft (`trees`) and acceptance walk (`accepted`: `.path`, `.token`),
+        `tokens` appended over all rows. Each row's acceptance by depth goes to the drafter's `DepthAcceptance`."""
+        end = self.now()
+        for tree, walked in zip(trees, accepted):
+            record_depths(self.tuner.acceptance, tree, walked.path, walked.token, sampled)
+        width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
+        levels = max((tree.depths[n] for tree in trees if tree.source == "drafter" for n in tree.kept), default=0)
+        steps = [(self.shape.top_k, (self.drafted - self.started) / max(levels, 1))] * levels
+        mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
+        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width)
+        self.tokens += tokens
+        self.seconds += end - self.started
+
+    def report(self) -> dict:
+        """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one."""
+        costs, choice = self.tuner.log.costs(), self.tuner.choice
+        plain = costs.batch_size / costs.verify_time(1) if costs is not None else float("nan")
+        return {
+            "shape": str(self.shape),  # the last round's
+            "predicted_speedup": choice.speedup if choice is not None else float("nan"),
+            "measured_speedup": self.tokens / self.seconds / plain if self.seconds > 0 else float("nan"),
+        }
+
+
+def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int, sampled: bool) -> None:
+    """Counts one row's verified round in `acceptance`: at each depth the target reached below a node the drafter
+    expanded, the rank of the target's token among the drafter's children there (greedy: `tree.ranked`), or whether a
+    draw was accepted (sampling: `tree.proposals`)."""
+    node, tokens = -1, [tree.tokens[n] for n in path] + [token]
+    for depth, target_token in enumerate(tokens, start=1):
+        if sampled:
+            drawn = [p for p in tree.proposals.get(node, []) if p.q is not None]
+            if not drawn:
+                return
+            acceptance.add(depth, 1 if depth <= len(path) else None)
+        else:
+            children = tree.ranked.get(node)
+            if children is None:
+                return
+            acceptance.add(depth, children.index(target_token) + 1 if target_token in children else None)
+        if depth > len(path):
+            return
+        node = path[depth - 1]
+
+
 __all__ = [
+    "round_timer",
+    "cost_log",
+    "depth_acceptance",
+    "plain_is_chosen",
+    "RoundTimer",
+    "record_depths",
     "CostLog",
     "ShapeTuner",
     "DraftShape",

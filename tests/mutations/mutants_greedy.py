@@ -21,6 +21,29 @@ DRAFTING = "drafting_slimspec.py"
 
 MUTANTS = [
     Mutant(
+        name="auto shapes: a plain round still drafts (the drafter's tree replaces the empty one)",
+        edits=(Edit(DECODING, "        if tree is None and self.shape.depth == 0:\n", "        if False:\n"),),
+        tests=("tests/test_shapes_slimspec.py::test_auto_shapes_changing_every_round_keep_greedy_output",),
+    ),
+    Mutant(
+        name="auto shapes: a call's own shape setting no longer fixes the shape",
+        edits=(Edit(DRAFTING, '            values["draft_shape"] = "fixed"', "            pass"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: depths counted against the drafter's first child only",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "children.index(target_token) + 1 if target_token in children else None",
+                "1 if target_token == children[0] else None",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_depths_are_counted_below_the_nodes_the_drafter_ranked",),
+    ),
+    Mutant(
         name="greedy: the target's cache keeps a round's rejected drafts",
         edits=(
             Edit(

@@ -46,6 +46,7 @@ REMOTE_CODE_FILES = (
     "drafting_slimspec.py",
     "verification_slimspec.py",
     "decoding_slimspec.py",
+    "shapes_slimspec.py",
 )
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
 # checkpoints, pickles) stays local. The `.py` files named by `auto_map` are added to these.

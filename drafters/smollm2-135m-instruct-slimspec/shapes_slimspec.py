@@ -1,0 +1,501 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Draft shapes fitted to the machine: the expected speed of each candidate shape from measured costs and the
+drafter's per-depth acceptance, and the choice among them (`draft_shape="auto"`).
+
+A round of shape s (a tree of `size` nodes, `depth` levels, `top_k` children per expanded node; a chain of k is
+k/k/1) over a batch of B rows costs
+
+    T(s) = T_verify(B, size + 1) + T_draft(B, E(s)) + (depth - 1) · T_draft(B, top_k)
+
+(the target verifying size + 1 tokens per row; the drafter's first step over the accepted tokens, then one step per
+further level over `top_k` nodes per row) and yields, per row,
+
+    E(s) = 1 + Σ_{i=1..depth} Π_{j≤i} c_j(m_j)
+
+tokens, where c_j(m) is the probability that the target's token at depth j is among the drafter's m likeliest there
+(the path before it held) and m_j the children of the true path's node at depth j that the tree keeps (its `size`
+nodes spread over the depths where they add most). Plain decoding yields one token per row for T_verify(B, 1). The
+shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding when none beats it.
+
+Part of the remote-code unit: it imports only the standard library and `torch`.
+"""
+
+import math
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A round's draft: `size` nodes verified over `depth` levels with `top_k` children per expanded node (a chain of
+    k is k/k/1); size 0 is plain decoding (no drafter)."""
+
+    size: int = 0
+    depth: int = 0
+    top_k: int = 1
+
+    @property
+    def is_plain(self) -> bool:
+        return self.size == 0
+
+    @property
+    def is_chain(self) -> bool:
+        return self.size > 0 and self.top_k == 1
+
+    def __str__(self) -> str:
+        if self.is_plain:
+            return "plain"
+        return f"chain {self.size}" if self.is_chain else f"tree {self.size}/{self.depth}/{self.top_k}"
+
+    def settings(self) -> dict:
+        """The decoding settings (names of `DraftSettings`) that draft this shape; plain decoding has none."""
+        if self.is_plain:
+            return {}
+        if self.is_chain:
+            return {"num_assistant_tokens": self.size, "draft_tree_size": 0}
+        return {"draft_tree_size": self.size, "draft_tree_depth": self.depth, "draft_tree_top_k": self.top_k}
+
+
+# tree sizes tried: every size up to 8, then the verification widths a machine is probed at (2^i) and a few between
+TREE_SIZES = (*range(2, 9), 10, 12, 15, 16, 20, 24, 31, 32, 40, 48, 63, 64, 96, 127, 128)
+
+
+def candidate_shapes(max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8)) -> list[DraftShape]:
+    """Plain decoding, chains of 1..`max_depth`, and trees of every depth up to `max_depth` with `top_k` children
+    and the `TREE_SIZES` up to `max_size` nodes (at least one node per level)."""
+    shapes = [DraftShape()]
+    shapes += [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
+    for top_k in top_ks:
+        for depth in range(1, max_depth + 1):
+            shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
+    return shapes
+
+
+@dataclass
+class DepthAcceptance:
+    """The drafter's per-depth acceptance: at depth j (1-based), how often the target's token was the drafter's
+    m-th likeliest (m = 1..`max_rank`) or further down, counted over rounds whose path reached depth j. Starts from
+    a `prior` worth `prior_weight` rounds per depth; `add` counts a round's observations."""
+
+    max_rank: int = 8
+    max_depth: int = 8
+    prior: tuple[float, ...] = (0.6, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01)  # P(rank m) at any depth
+    prior_weight: float = 4.0
+    counts: list[list[float]] = field(default_factory=list)  # [depth][rank], rank max_rank = not among them
+    draws: bool = False  # sampling: rank 1 counts an accepted draw; m draws cover 1 - (1 - c(1))^m
+
+    def __post_init__(self):
+        if not self.counts:
+            self.counts = [[0.0] * (self.max_rank + 1) for _ in range(self.max_depth)]
+
+    def add(self, depth: int, rank: int | None) -> None:
+        """One observation: the target's token at `depth` was the drafter's `rank`-th likeliest (1-based; None or
+        beyond `max_rank`: not among them). Depths past `max_depth` are not kept."""
+        if 1 <= depth <= self.max_depth:
+            slot = self.max_rank if rank is None or rank > self.max_rank else rank - 1
+            self.counts[depth - 1][slot] += 1.0
+
+    def observed(self, depth: int) -> float:
+        return sum(self.counts[depth - 1]) if 1 <= depth <= self.max_depth else 0.0
+
+    def coverage(self, depth: int, m: int) -> float:
+        """c_depth(m): the probability that the target's token at `depth` is among the drafter's m likeliest."""
+        if m <= 0:
+            return 0.0
+        if self.draws and m > 1:
+            return 1.0 - (1.0 - self.coverage(depth, 1)) ** m
+        row = self.counts[min(depth, self.max_depth) - 1]
+        m = min(m, self.max_rank)
+        prior = list(self.prior[: self.max_rank]) + [0.0] * (self.max_rank - len(self.prior))
+        hits = sum(row[:m]) + self.prior_weight * sum(prior[:m])
+        return hits / (sum(row) + self.prior_weight * 1.0)
+
+    def as_dict(self) -> dict:
+        return {"max_rank": self.max_rank, "counts": [list(map(float, row)) for row in self.counts]}
+
+    @classmethod
+    def from_dict(cls, values: dict, **kwargs) -> "DepthAcceptance":
+        counts = [list(map(float, row)) for row in values["counts"]]
+        return cls(max_rank=int(values["max_rank"]), max_depth=len(counts), counts=counts, **kwargs)
+
+
+def tokens_by_size(acceptance: DepthAcceptance, depth: int, top_k: int, max_size: int) -> list[float]:
+    """E of the trees of `depth` levels and `top_k` children for every size 0..`max_size` (index = size).
+
+    The nodes go, one at a time, to the depth where one more child of the true path's node adds most to E (a node
+    at depth j needs one at j - 1; at most `top_k` per depth) — the likeliest-first keep of a dynamic tree, seen along
+    the path that the target takes. One pass serves every size: the allocation for size n + 1 extends the one for n.
+    """
+    table = [[acceptance.coverage(j, m) for m in range(top_k + 1)] for j in range(1, depth + 1)]
+    children = [0] * depth
+    reach = [0.0] * depth  # reach[j]: the path gets past depth j + 1, Π_{l≤j} c_l(m_l)
+    sizes = [1.0]
+    for _ in range(max_size):
+        suffix, best, best_gain = 0.0, None, -1.0
+        tail = [0.0] * (depth + 1)  # tail[j] = Σ_{i≥j} reach[i]
+        for j in range(depth - 1, -1, -1):
+            suffix += reach[j]
+            tail[j] = suffix
+        for j in range(depth):
+            m = children[j]
+            if m >= top_k or (j > 0 and children[j - 1] == 0):
+                continue
+            before = 1.0 if j == 0 else reach[j - 1]
+            if m == 0:
+                gain = before * table[j][1]  # the first node at this depth: only its own term
+            else:
+                gain = (table[j][m + 1] / table[j][m] - 1.0) * tail[j] if table[j][m] > 0 else before * table[j][m + 1]
+            if gain > best_gain + 1e-12:
+                best, best_gain = j, gain
+        if best is None:
+            sizes.append(sizes[-1])
+            continue
+        children[best] += 1
+        running = 1.0
+        for j in range(depth):
+            running *= table[j][children[j]]
+            reach[j] = running
+        sizes.append(1.0 + sum(reach))
+    return sizes
+
+
+def expected_tokens(shape: DraftShape, acceptance: DepthAcceptance) -> float:
+    """E(s): tokens a round of `shape` yields per row (accepted drafts + the target's own token)."""
+    if shape.is_plain:
+        return 1.0
+    return tokens_by_size(acceptance, shape.depth, shape.top_k, shape.size)[shape.size]
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """Measured costs at one batch size, in seconds: `verify[n - 1]` the target verifying n tokens per row,
+    `draft[w - 1]` one drafter step over w nodes per row."""
+
+    batch_size: int
+    verify: tuple[float, ...]
+    draft: tuple[float, ...]
+
+    @staticmethod
+    def _at(curve: tuple[float, ...], n: float) -> float:
+        """`curve` at n (1-based), interpolated between measured points, extended linearly past the last two."""
+        if n <= 1:
+            return curve[0]
+        if n <= len(curve):
+            low = math.floor(n)
+            high = min(low + 1, len(curve))
+            return curve[low - 1] + (n - low) * (curve[high - 1] - curve[low - 1])
+        slope = curve[-1] - curve[-2] if len(curve) > 1 else 0.0
+        return curve[-1] + (n - len(curve)) * max(slope, 0.0)
+
+    def verify_time(self, tokens: float) -> float:
+        return self._at(self.verify, tokens)
+
+    def draft_time(self, nodes: float) -> float:
+        return self._at(self.draft, nodes)
+
+
+def round_time(shape: DraftShape, costs: RoundCosts, tokens: float) -> float:
+    """T(s): one round of `shape` at `costs` when a round yields `tokens` per row (the drafter's first step runs
+    over them)."""
+    if shape.is_plain:
+        return costs.verify_time(1)
+    return (
+        costs.verify_time(shape.size + 1)
+        + costs.draft_time(tokens)
+        + (shape.depth - 1) * costs.draft_time(shape.top_k)
+    )
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every candidate's
+    prediction (tokens/s by shape name) for reporting."""
+
+    shape: DraftShape
+    tokens_per_second: float
+    speedup: float
+    predictions: dict = field(default_factory=dict)
+
+
+def choose_shape(
+    candidates: list[DraftShape], costs: RoundCosts, acceptance: DepthAcceptance, calibration: float = 1.0
+) -> ShapeChoice:
+    """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it.
+    `calibration` scales the predicted accepted tokens (measured / predicted, from the running call)."""
+    plain_speed = costs.batch_size / costs.verify_time(1)
+    predictions = {"plain": plain_speed}
+    best, best_speed = DraftShape(), plain_speed
+    measured = [
+        s for s in candidates if not s.is_plain and s.size + 1 <= len(costs.verify) and s.top_k <= len(costs.draft)
+    ]
+    families = {}  # (depth, top_k) -> E by size, one pass each
+    for shape in measured:
+        key = (shape.depth, shape.top_k)
+        families[key] = max(families.get(key, 0), shape.size)
+    tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
+    for shape in measured:
+        tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
+        speed = costs.batch_size * tokens / round_time(shape, costs, tokens)
+        predictions[str(shape)] = speed
+        if speed > best_speed * (1 + 1e-9):
+            best, best_speed = shape, speed
+    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
+
+
+class CostLog:
+    """Round costs measured at one batch size as calls decode: the target's verification by width (tokens per row)
+    and the drafter's step by nodes per row, each the median of its last `keep` observations."""
+
+    def __init__(self, batch_size: int, keep: int = 9):
+        self.batch_size, self.keep = batch_size, keep
+        self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
+        self.plain_calls = 0  # calls since that decoded without the drafter
+        self.verify: dict[int, list[float]] = {}
+        self.draft: dict[int, list[float]] = {}
+
+    def add(self, table: dict, width: int, seconds: float) -> None:
+        times = table.setdefault(int(width), [])
+        times.append(float(seconds))
+        del times[: -self.keep]
+
+    def add_verify(self, width: int, seconds: float) -> None:
+        self.add(self.verify, width, seconds)
+
+    def add_draft(self, nodes: int, seconds: float) -> None:
+        self.add(self.draft, nodes, seconds)
+
+    @staticmethod
+    def curve(table: dict) -> tuple[float, ...]:
+        """1..the widest measured width: medians, linear between measured widths, never decreasing."""
+        points = {w: sorted(t)[len(t) // 2] for w, t in table.items() if t}
+        widths = sorted(points)
+        values, best = [], 0.0
+        for n in range(1, widths[-1] + 1):
+            low = max((w for w in widths if w <= n), default=widths[0])
+            high = min(w for w in widths if w >= n)
+            value = (
+                points[low] if high == low else points[low] + (n - low) / (high - low) * (points[high] - points[low])
+            )
+            best = max(best, value)
+            values.append(best)
+        return tuple(values)
+
+    def costs(self) -> RoundCosts | None:
+        """The measured curves, or None before one plain round (width 1) and one drafter step were seen."""
+        if 1 not in self.verify or not self.draft:
+            return None
+        return RoundCosts(self.batch_size, self.curve(self.verify), self.curve(self.draft))
+
+
+class ShapeTuner:
+    """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
+
+    The first rounds measure what is not yet known at this batch size: a plain round (width 1), then rounds of
+    `probe_sizes` nodes (the best shape of each size under the acceptance known so far), widest last, stopping at the
+    first width that costs more than the most tokens a round could yield there. From then on every `every` rounds the
+    best candidate is chosen again from the measured costs (`CostLog`, shared by every call at this batch size),
+    the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
+    how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
+    code after chat) moves the choice."""
+
+    def __init__(
+        self,
+        log: CostLog,
+        acceptance: DepthAcceptance,
+        start: DraftShape,
+        probe_sizes: tuple[int, ...] = (1, 3, 7, 15, 31, 63),
+        every: int = 8,
+        top_ks: tuple[int, ...] = (2, 4, 8),
+    ):
+        self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
+        self.probes = [size for size in probe_sizes if size + 1 not in log.verify]
+        self.shape, self.rounds = start, 0
+        self.predicted = self.accepted = 0.0
+        self.choice: ShapeChoice | None = None
+
+    @property
+    def calibration(self) -> float:
+        """Accepted / predicted drafted tokens over this call's rounds (1 until there are some)."""
+        return self.accepted / self.predicted if self.predicted >= 4 else 1.0
+
+    def next_shape(self) -> DraftShape:
+        """The shape of the coming round."""
+        if 1 not in self.log.verify:
+            return DraftShape()
+        if self.probes:
+            probe = self.best_of_size(self.probes[0])
+            if self.may_pay(probe):
+                return probe
+            self.probes.clear()  # wider rounds cost more still: none of them can pay here
+        if self.choice is None or self.rounds % self.every == 0:
+            costs = self.log.costs()
+            if costs is not None:
+                widest = max(self.log.verify) - 1
+                candidates = candidate_shapes(widest, self.acceptance.max_depth, self.top_ks)
+                self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
+                self.shape = self.choice.shape
+                self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+        return self.shape
+
+    def may_pay(self, probe: DraftShape) -> bool:
+        """Whether a round of `probe` could beat plain decoding: the widest round measured so far (no wider than the
+        probe, so no dearer) costs less than the tokens the probe is expected to yield, in plain rounds."""
+        costs = self.log.costs()
+        if costs is None:
+            return True
+        widest = max(self.log.verify)
+        return costs.verify_time(widest) < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
+
+    def best_of_size(self, size: int) -> DraftShape:
+        shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
+        return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
+
+    def observe(
+        self, shape: DraftShape, verify_seconds: float, draft_steps: list, accepted: float, width: int | None = None
+    ) -> None:
+        """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
+        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row, over the batch)."""
+        self.rounds += 1
+        self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
+        for nodes, seconds in draft_steps:
+            self.log.add_draft(max(1, round(nodes)), seconds)
+        if self.probes and shape.size == self.probes[0]:
+            self.probes.pop(0)
+        if not shape.is_plain:
+            self.predicted += expected_tokens(shape, self.acceptance) - 1.0
+            self.accepted += accepted
+
+
+# What the calls of this process measured: verification and drafter-step costs per target and batch size, and each
+# drafter's per-depth acceptance (greedy and sampled apart). Weak keys: a model's entries go with the model.
+_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ACCEPTANCE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cost_log(target, batch_size: int) -> CostLog:
+    """The costs measured for `target` (on its device, in its dtype) at `batch_size` rows."""
+    logs = _COSTS.setdefault(target, {})
+    return logs.setdefault((str(target.device), str(target.dtype), batch_size), CostLog(batch_size))
+
+
+def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
+    """The per-depth acceptance measured for `drafter` (greedy or sampled)."""
+    per_mode = _ACCEPTANCE.setdefault(drafter, {})
+    return per_mode.setdefault(sampled, DepthAcceptance(draws=sampled))
+
+
+def plain_is_chosen(target, batch_size: int, sampled: bool, recheck_every: int = 8) -> bool:
+    """Whether the calls so far chose plain decoding for `target` at `batch_size` rows, greedy or `sampled`: such
+    calls skip the drafter, but every `recheck_every`-th one decodes with it again, so that a drafter whose
+    acceptance rises (other prompts, code after chat) gets chosen again."""
+    log = _COSTS.get(target, {}).get((str(target.device), str(target.dtype), batch_size))
+    if log is None or not log.plain_chosen[sampled]:
+        return False
+    log.plain_calls += 1
+    return log.plain_calls % recheck_every != 0
+
+
+def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool) -> "RoundTimer | None":
+    """The `RoundTimer` of a `draft_shape="auto"` call (None for a fixed shape), starting from `shape` (the settings'
+    `TreeShape`) with what this process measured for the target at this batch size and for the drafter."""
+    if settings.draft_shape != "auto":
+        return None
+    start = DraftShape(shape.size, shape.depth, shape.top_k)
+    tuner = ShapeTuner(cost_log(target, batch_size), depth_acceptance(drafter, sampled), start)
+    return RoundTimer(tuner, target.device, type(shape))
+
+
+class RoundTimer:
+    """Times a call's rounds for its `ShapeTuner`: the drafter's part and the rest (verification, acceptance), with
+    the device synchronised at each mark so that queued GPU work is counted where it ran. `tree_shape` is the
+    decoding loop's shape class (size, depth, top_k, threshold)."""
+
+    def __init__(self, tuner: ShapeTuner, device, tree_shape):
+        self.tuner, self.cuda = tuner, getattr(device, "type", str(device)) == "cuda"
+        self.tree_shape, self.ranks = tree_shape, tuner.acceptance.max_rank  # children ranked per greedy node
+        self.shape, self.started, self.drafted = tuner.shape, 0.0, 0.0
+        self.tokens, self.seconds = 0, 0.0
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def start(self, threshold: float):
+        """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
+        self.shape = self.tuner.next_shape()
+        self.started = self.drafted = self.now()
+        return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
+
+    def mark_drafted(self) -> None:
+        self.drafted = self.now()
+
+    def end(self, trees: list, accepted: list, tokens: int, sampled: bool) -> None:
+        """Marks the round's end: every row's draft (`trees`) and acceptance walk (`accepted`: `.path`, `.token`),
+        `tokens` appended over all rows. Each row's acceptance by depth goes to the drafter's `DepthAcceptance`."""
+        end = self.now()
+        for tree, walked in zip(trees, accepted):
+            record_depths(self.tuner.acceptance, tree, walked.path, walked.token, sampled)
+        width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
+        levels = max((tree.depths[n] for tree in trees if tree.source == "drafter" for n in tree.kept), default=0)
+        steps = [(self.shape.top_k, (self.drafted - self.started) / max(levels, 1))] * levels
+        mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
+        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width)
+        self.tokens += tokens
+        self.seconds += end - self.started
+
+    def report(self) -> dict:
+        """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one."""
+        costs, choice = self.tuner.log.costs(), self.tuner.choice
+        plain = costs.batch_size / costs.verify_time(1) if costs is not None else float("nan")
+        return {
+            "shape": str(self.shape),  # the last round's
+            "predicted_speedup": choice.speedup if choice is not None else float("nan"),
+            "measured_speedup": self.tokens / self.seconds / plain if self.seconds > 0 else float("nan"),
+        }
+
+
+def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int, sampled: bool) -> None:
+    """Counts one row's verified round in `acceptance`: at each depth the target reached below a node the drafter
+    expanded, the rank of the target's token among the drafter's children there (greedy: `tree.ranked`), or whether a
+    draw was accepted (sampling: `tree.proposals`)."""
+    node, tokens = -1, [tree.tokens[n] for n in path] + [token]
+    for depth, target_token in enumerate(tokens, start=1):
+        if sampled:
+            drawn = [p for p in tree.proposals.get(node, []) if p.q is not None]
+            if not drawn:
+                return
+            acceptance.add(depth, 1 if depth <= len(path) else None)
+        else:
+            children = tree.ranked.get(node)
+            if children is None:
+                return
+            acceptance.add(depth, children.index(target_token) + 1 if target_token in children else None)
+        if depth > len(path):
+            return
+        node = path[depth - 1]
+
+
+__all__ = [
+    "round_timer",
+    "cost_log",
+    "depth_acceptance",
+    "plain_is_chosen",
+    "RoundTimer",
+    "record_depths",
+    "CostLog",
+    "ShapeTuner",
+    "DraftShape",
+    "candidate_shapes",
+    "TREE_SIZES",
+    "DepthAcceptance",
+    "expected_tokens",
+    "tokens_by_size",
+    "RoundCosts",
+    "round_time",
+    "ShapeChoice",
+    "choose_shape",
+]
