@@ -533,3 +533,54 @@ def test_verification_reads_the_shared_kv_heads(monkeypatch):
     monkeypatch.setattr(decoding_slimspec, "shared_kv_heads", contextlib.nullcontext)  # without the switch
     assert target.generate(ids, assistant_model=drafter, **settings).tolist() == plain.tolist()
     assert copies  # the tree masks made transformers copy the cache
+
+
+@pytest.mark.parametrize("weight_first", [False, True])
+def test_the_lm_head_over_several_rows_gives_each_rows_logits_by_either_kernel(monkeypatch, weight_first):
+    import weakref
+
+    from slimspec_hf import verification_slimspec
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 300, bias=False)
+    hidden = torch.randn(1, 5, 16)
+    monkeypatch.setattr(verification_slimspec, "_WEIGHT_FIRST", {head: weight_first})
+    rows = verification_slimspec.head_rows(head, hidden)
+    assert rows.shape == (1, 5, 300)
+    for i in range(5):  # each row as the target computes it alone
+        torch.testing.assert_close(rows[:, i], head(hidden[:, i]), rtol=1e-5, atol=1e-5)
+    fresh = torch.nn.Linear(16, 300, bias=False)
+    monkeypatch.setattr(verification_slimspec, "_WEIGHT_FIRST", weakref.WeakKeyDictionary())
+    verification_slimspec.head_rows(fresh, hidden)
+    assert fresh in verification_slimspec._WEIGHT_FIRST  # timed once, on the first multi-row call
+
+
+def test_a_stopping_criterion_met_inside_a_round_ends_the_row_there():
+    """A criterion (a stop string, a caller's own) met at a token inside a round's accepted tokens ends the row at
+    that token, as plain decoding does: sequences, scores and the returned cache; one prompt and a padded batch."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    prompt = [5, 9, 17, 3, 22, 8, 5, 9, 17, 3, 22, 8, 5, 9]  # plain greedy: ... 122 116 11 122 116 11 122 116 11 ...
+
+    class AfterPair(StoppingCriteria):  # met after "116 11" once 18 tokens are out: inside a lookup round
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids[:, -1] == 11) & (input_ids[:, -2] == 116) & (input_ids.shape[1] > len(prompt) + 18)
+
+    settings = dict(assistant_model=drafter, draft_lookup=True, draft_lookup_min_ngram=1, num_assistant_tokens=4)
+    common = dict(max_new_tokens=30, do_sample=False, stopping_criteria=StoppingCriteriaList([AfterPair()]))
+    outputs = dict(return_dict_in_generate=True, output_scores=True)
+    ids = torch.tensor([prompt])
+    plain = target.generate(ids, **common, **outputs)
+    fast = target.generate(ids, **common, **outputs, **settings)
+    assert plain.sequences.shape[1] < len(prompt) + 30  # the criterion ended it
+    assert torch.equal(fast.sequences, plain.sequences) and len(fast.scores) == len(plain.scores)
+    assert fast.cache.get_seq_length() == plain.sequences.shape[1] - 1
+    assert drafter.last_generation_stats.rounds_by_source.get("lookup", 0) > 0
+    batch = torch.tensor([[0, 0, 7, 1, 7, 1, 7, 1, 7, 1, 7, 1, 7, 1], prompt])
+    mask = (torch.arange(14) >= torch.tensor([[2], [0]])).long()
+    padding = dict(attention_mask=mask, pad_token_id=0, eos_token_id=127)  # with an EOS, finished rows are padded
+    plain = target.generate(batch, **padding, **common)
+    assert (plain[1] == 0).sum() > 0  # the second row ended early
+    assert torch.equal(target.generate(batch, **padding, **common, **settings), plain)

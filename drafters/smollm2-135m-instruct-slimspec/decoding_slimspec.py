@@ -339,14 +339,41 @@ class SpeculativeDecoder:
             self.timer.end(trees, accepted, sum(a.shape[1] for a in appended), self.do_sample)
         return appended
 
-    def retire(self, stopping_criteria, scores=None) -> None:
-        """Rows whose stopping criteria are met leave both caches."""
-        staying = [i for i, b in enumerate(self.active) if not bool(stopping_criteria(self.seqs[b].ids, scores).all())]
+    def retire(self, stopping_criteria, appended: list[torch.LongTensor], scores=None) -> list[torch.LongTensor]:
+        """Rows whose stopping criteria are met leave both caches. The criteria are checked after each token a row
+        appended this round (`appended`, (1, n) each), so one met inside a round (a stop string, a caller's own) ends
+        the row there, as decoding one token at a time does; returns `appended` cut the same way."""
+        staying, kept = [], []
+        for i, b in enumerate(self.active):
+            seq, new = self.seqs[b], appended[i].shape[1]
+            ends = range(seq.length - new + 1, seq.length + 1)
+            end = next((e for e in ends if bool(stopping_criteria(seq.ids[:, :e], scores).all())), None)
+            if end is None:
+                staying.append(i)
+            elif end < seq.length:
+                self.cut(b, end)
+            kept.append(appended[i][:, : new - (seq.length - end if end is not None else 0)])
         if len(staying) < len(self.active):
             self.active = [self.active[i] for i in staying]
             if staying:
                 self.slots.keep_rows(self.cache, staying)
                 self.state.keep_rows(staying)
+        return kept
+
+    def cut(self, b: int, end: int) -> None:
+        """Row b ends after its first `end` tokens (a stopping criterion met inside the round): the tokens after it
+        go, with their outputs kept on request (one prompt) and, where the cache can be cropped, their cache."""
+        seq = self.seqs[b]
+        drop = seq.length - end
+        seq.ids = seq.ids[:, :end]
+        if len(self.seqs) == 1:
+            self.scores, self.raw_logits = (
+                self.scores[: len(self.scores) - drop],
+                self.raw_logits[: len(self.raw_logits) - drop],
+            )
+            self.hidden_states = self.hidden_states[: len(self.hidden_states) - drop]
+            if hasattr(self.cache, "crop"):
+                self.cache.crop(-drop)  # every token but the last is in the target's cache
 
     def propose(self) -> list[DraftTree]:
         """Every active row's draft: prompt lookup alone where it drafts alone, else one commit of the accepted
@@ -534,9 +561,9 @@ def slimspec_generate(
     decoder.prefill()
     appended = [seq.ids[:, -1:] for seq in seqs]
     while True:
+        appended = decoder.retire(stopping_criteria, appended, decoder.scores if decoder.keep_scores else None)
         if streamer is not None:
             streamer.put(appended[0].cpu())
-        decoder.retire(stopping_criteria, decoder.scores if decoder.keep_scores else None)
         if not decoder.active:
             break
         appended = decoder.round()

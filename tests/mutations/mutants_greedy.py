@@ -21,6 +21,22 @@ DRAFTING = "drafting_slimspec.py"
 
 MUTANTS = [
     Mutant(
+        name="greedy: stopping criteria checked after a round's last token only",
+        edits=(
+            Edit(
+                DECODING,
+                "            ends = range(seq.length - new + 1, seq.length + 1)\n",
+                "            ends = range(seq.length, seq.length + 1)\n",
+            ),
+        ),
+        tests=(f"{DEC}::test_a_stopping_criterion_met_inside_a_round_ends_the_row_there",),
+    ),
+    Mutant(
+        name="greedy: a row cut inside a round keeps its cache",
+        edits=(Edit(DECODING, "                self.cache.crop(-drop)", "                pass"),),
+        tests=(f"{DEC}::test_a_stopping_criterion_met_inside_a_round_ends_the_row_there",),
+    ),
+    Mutant(
         name="auto shapes: a plain round still drafts (the drafter's tree replaces the empty one)",
         edits=(Edit(DECODING, "        if tree is None and self.shape.depth == 0:\n", "        if False:\n"),),
         tests=("tests/test_shapes_slimspec.py::test_auto_shapes_changing_every_round_keep_greedy_output",),
