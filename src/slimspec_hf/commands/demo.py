@@ -170,6 +170,7 @@ def _run(args) -> int:
     from transformers import TextStreamer
 
     from ..heads_slimspec import with_merged_head
+    from ..targets import embedded_target
 
     torch.set_grad_enabled(False)
     target, tokenizer, drafter = _load_demo_models(args)
@@ -182,6 +183,9 @@ def _run(args) -> int:
     if args.merged_head:
         systems["SlimSpec, full-size head"] = {"assistant_model": with_merged_head(drafter)}
     common = {"max_new_tokens": args.max_new_tokens, "do_sample": False}
+    stops = embedded_target(args.target).stop_strings  # a base model's answer ends where it asks itself a question
+    if stops:
+        common.update(stop_strings=list(stops), tokenizer=tokenizer)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     results = []  # per prompt: {system: (tok/s, τ, first difference)}
     for kind, prompt in PROMPTS[args.target]:
