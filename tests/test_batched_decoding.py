@@ -9,19 +9,23 @@ import torch
 
 from slimspec_hf import SlimSpecGenerationStats, decoding_slimspec, verification_slimspec
 
-from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
-from .families import FAMILIES, WINDOW, make_family_target
-from .test_generation import (
+from .testing_utils import (
     CHI2_999,
+    FAMILIES,
     LIVE_EOS,
+    WINDOW,
     DraftWatch,
-    _chi_square,
-    _exact_marginals,
     assert_deep_drafts_accepted_and_rejected,
+    chi_square,
+    exact_marginals,
+    make_char_tokenizer,
     make_counting_drafter,
     make_counting_target,
+    make_family_target,
     make_live_target,
     make_oracle_drafter,
+    make_tiny_drafter,
+    make_tiny_target,
 )
 
 
@@ -140,9 +144,9 @@ def _worst_chi_square(target, prompts, counts) -> float:
     """The largest χ² statistic over rows and tokens 2–3, each divided by its 99.9% critical value."""
     worst = 0.0
     for b, prompt in enumerate(prompts):
-        exact = _exact_marginals(target, torch.tensor([prompt]), 3)
+        exact = exact_marginals(target, torch.tensor([prompt]), 3)
         for j in (1, 2):  # tokens 2 and 3 come through the acceptance rule
-            stat, dof = _chi_square(counts[b, j], exact[j])
+            stat, dof = chi_square(counts[b, j], exact[j])
             worst = max(worst, stat / CHI2_999[dof - 1])
     return worst
 

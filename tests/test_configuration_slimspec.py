@@ -4,7 +4,7 @@ import pytest
 
 from slimspec_hf import HEAD_TYPES, SlimSpecDrafterConfig
 
-from .conftest import tiny_target_config
+from .testing_utils import tiny_target_config
 
 
 def test_defaults_derive_from_hidden_size_and_target_layers():

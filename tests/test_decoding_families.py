@@ -8,14 +8,17 @@ import torch
 
 from slimspec_hf import SlimSpecGenerationStats, decoding_slimspec
 
-from .conftest import make_tiny_drafter
-from .families import FAMILIES, SLIDING_FAMILIES, WINDOW, make_family_target
-from .test_generation import (
+from .testing_utils import (
     CHI2_999,
-    _chi_square,
-    _exact_marginals,
+    FAMILIES,
+    SLIDING_FAMILIES,
+    WINDOW,
     assert_deep_drafts_accepted_and_rejected,
+    chi_square,
+    exact_marginals,
+    make_family_target,
     make_oracle_drafter,
+    make_tiny_drafter,
 )
 
 
@@ -89,12 +92,12 @@ def test_sampled_trees_with_lookup_match_the_target_distribution(family, monkeyp
     prompt = torch.tensor([[1, 5, 3, 7, 2, 9, 4, 1, 5]])  # longer than the window; "1 5" repeats: lookup drafts
     settings = dict(draft_tree_size=4, draft_tree_depth=2, draft_tree_top_k=3, draft_lookup=True)
     settings.update(draft_lookup_min_ngram=3, draft_lookup_extend_ngram=1)  # short matches grafted, ends extended
-    exact = _exact_marginals(target, prompt, 3)
+    exact = exact_marginals(target, prompt, 3)
     counts = _sample_counts(target, drafter, prompt, 800, settings)
     for j in (1, 2):  # tokens 2 and 3 come through the tree's acceptance rule
-        stat, dof = _chi_square(counts[j], exact[j])
+        stat, dof = chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
     monkeypatch.setattr(decoding_slimspec, "accepts", lambda p, q: True)  # a broken rule: every first draft kept
     counts = _sample_counts(target, drafter, prompt, 400, settings)
-    stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
+    stats = [chi_square(counts[j], exact[j]) for j in (1, 2)]
     assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats

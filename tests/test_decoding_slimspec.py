@@ -12,19 +12,21 @@ from slimspec_hf.cache_slimspec import SlimSpecDrafterCache
 from slimspec_hf.decoding_slimspec import SpeculativeDecoder, TargetLogits, plain_lm_head, slimspec_generate
 from slimspec_hf.drafting_slimspec import ROOT, DecodingSequence
 
-from .conftest import REPO_ROOT, make_tiny_drafter, make_tiny_target
-from .test_generation import (
+from .testing_utils import (
     CHI2_999,
     LIVE_EOS,
+    REPO_ROOT,
     DraftWatch,
-    _chi_square,
-    _exact_marginals,
     assert_deep_drafts_accepted_and_rejected,
+    chi_square,
+    exact_marginals,
     make_counting_drafter,
     make_counting_target,
     make_drafter_for,
     make_live_target,
     make_oracle_drafter,
+    make_tiny_drafter,
+    make_tiny_target,
 )
 
 
@@ -417,12 +419,12 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     # children get accepted): every branch of the acceptance walk is exercised.
     target, drafter = _sampling_pair()
     prompt = torch.tensor([[1, 5, 3]])
-    exact = _exact_marginals(target, prompt, 3)
+    exact = exact_marginals(target, prompt, 3)
     counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
     stats = drafter.last_generation_stats
     assert stats.drafted_tokens > 0
     for j in (1, 2):  # tokens 2 and 3 come through the tree's acceptance rule
-        stat, dof = _chi_square(counts[j], exact[j])
+        stat, dof = chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
     # The same test fails for EAGLE-2's deterministic top-k children under the same rejection rule (measured: 660-680
@@ -430,12 +432,12 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(torch, "multinomial", deterministic_top_k)
         counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
-    stat, dof = _chi_square(counts[1], exact[1])
+    stat, dof = chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
     # ... and for a broken acceptance rule that always accepts the first draw (measured: ~9600).
     monkeypatch.setattr(decoding_slimspec, "accepts", lambda p, q: True)
     counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
-    stat, dof = _chi_square(counts[1], exact[1])
+    stat, dof = chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
 
 

@@ -14,8 +14,15 @@ from transformers import AutoModelForCausalLM
 from slimspec_hf import SlimSpecDrafterForCausalLM
 from slimspec_hf.verification_slimspec import check_drafter_placement
 
-from .conftest import make_tiny_drafter, make_tiny_target, run_without_package
-from .test_generation import CHI2_999, HEAD_CONFIGS, _chi_square, _exact_marginals
+from .testing_utils import (
+    CHI2_999,
+    HEAD_CONFIGS,
+    chi_square,
+    exact_marginals,
+    make_tiny_drafter,
+    make_tiny_target,
+    run_without_package,
+)
 
 
 pytestmark = pytest.mark.device
@@ -95,7 +102,7 @@ def test_sampling_matches_the_target_distribution_on_the_device(device, device_r
     with torch.no_grad():
         drafter.lm_head.weight.copy_(target.lm_head.weight + 0.5 * torch.randn_like(target.lm_head.weight))
     prompt = torch.tensor([[1, 5, 3]])
-    exact = _exact_marginals(target, prompt, 3)  # on the CPU, in fp32: the reference
+    exact = exact_marginals(target, prompt, 3)  # on the CPU, in fp32: the reference
     target, drafter = target.to(device), drafter.to(device)
     torch.manual_seed(0)
     counts = torch.zeros(3, 12)
@@ -111,7 +118,7 @@ def test_sampling_matches_the_target_distribution_on_the_device(device, device_r
         for j in range(3):
             counts[j, out[0, prompt.shape[1] + j].item()] += 1
     assert drafter.last_generation_stats.drafted_tokens > 0
-    stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]  # tokens 2 and 3 pass the acceptance rule
+    stats = [chi_square(counts[j], exact[j]) for j in (1, 2)]  # tokens 2 and 3 pass the acceptance rule
     device_report(device=str(device), chi_square=[s for s, _ in stats], dof=[d for _, d in stats])
     for stat, dof in stats:
         assert stat < CHI2_999[dof - 1], (stat, dof)

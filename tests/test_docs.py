@@ -8,7 +8,7 @@ import pytest
 
 from slimspec_hf import cli
 
-from .conftest import REPO_ROOT
+from .testing_utils import REPO_ROOT
 
 
 DOCS = sorted(

@@ -77,7 +77,7 @@ def test_shipped_drafter_is_lossless_and_accepts_on_smollm2(embedded_target):
 def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     import importlib.util
 
-    from .conftest import make_tiny_drafter, make_tiny_target
+    from .testing_utils import make_tiny_drafter, make_tiny_target
 
     script = EMBEDDED_DRAFTER_DIR.parents[1] / "scripts" / "ship_embedded_drafter.py"
     spec = importlib.util.spec_from_file_location("ship_embedded_drafter", script)
@@ -132,7 +132,7 @@ def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedd
     `slimspec_hf` cannot be imported: its default (hybrid), a chain and a tree give the target's fp32 greedy output."""
     from slimspec_hf.targets import embedded_target_dir
 
-    from .conftest import run_without_package
+    from .testing_utils import run_without_package
 
     model, tokenizer = embedded_target
     inputs = tokenizer.apply_chat_template(

@@ -1,12 +1,10 @@
 """`target.generate(**inputs, assistant_model=drafter)`: lossless greedy and sampling, validation, the seam."""
 
-import math
 import os
 import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 import transformers.generation.utils
 from transformers import GenerationMixin, LlamaForCausalLM, TextStreamer
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
@@ -20,239 +18,25 @@ from slimspec_hf import (
 )
 from slimspec_hf.generation_slimspec import GENERATE_PARAMETERS
 
-from .conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target, tiny_target_config
-from .families import make_family_target
-
-
-HEAD_CONFIGS = {
-    "low_rank": {"head_type": "low_rank", "head_rank": 4},
-    "full": {"head_type": "full"},
-    "trimmed": {"head_type": "trimmed", "draft_vocab_size": 40},
-    "target": {"head_type": "target"},
-}
-
-
-def make_drafter_for(target, head, **kwargs):
-    drafter = make_tiny_drafter(target, **HEAD_CONFIGS[head], **kwargs)
-    if head == "trimmed":
-        drafter.lm_head.set_token_ids(torch.arange(40) * 3, dense_weight=target.lm_head.weight)
-    return drafter
-
-
-# -- a target whose greedy continuation is "next token = this token + 1", and a drafter that mostly knows it ----
-# Attention-dead (the output depends on the last token only): for bookkeeping tests (statistics, settings, sources),
-# never for the target's cache, masks or rollback — the live target below is for those.
-
-
-def make_counting_target(vocab_size=128, eos_token_id=None):
-    """Fourier token embeddings, attention/MLP outputs zeroed: the residual is the token's embedding and the
-    LM head row y is the embedding of y - 1, so greedy decoding counts upwards (mod V)."""
-    target = make_tiny_target(seed=3, vocab_size=vocab_size, eos_token_id=eos_token_id, num_key_value_heads=4)
-    angles = 2 * math.pi * torch.arange(vocab_size)[:, None] * torch.arange(1, 17)[None, :] / vocab_size
-    emb = torch.cat([angles.cos(), angles.sin()], dim=-1)  # (V, 32)
-    with torch.no_grad():
-        target.model.embed_tokens.weight.copy_(emb)
-        target.lm_head.weight.copy_(emb.roll(1, dims=0))
-        for layer in target.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-    target.generation_config.eos_token_id = eos_token_id
-    return target
-
-
-class CountingDrafter(SlimSpecDrafterForCausalLM):
-    """Runs the real drafter (cache, positions, masks), then predicts `token + 1` — except after multiples of
-    `wrong_every`, where it proposes a wrong token, so that rounds end in partial acceptance."""
-
-    wrong_every = 7
-
-    def forward(self, input_ids=None, **kwargs):
-        out = super().forward(input_ids=input_ids, **kwargs)
-        ids = input_ids[:, -out.logits.shape[1] :]
-        guess = (ids + 1) % self.config.vocab_size
-        guess = torch.where(ids % self.wrong_every == 0, (ids + 5) % self.config.vocab_size, guess)
-        out.logits = torch.nn.functional.one_hot(guess, self.config.vocab_size).float() * 20
-        return out
-
-
-def make_counting_drafter(target):
-    from slimspec_hf import SlimSpecDrafterConfig
-
-    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
-    return CountingDrafter(config).eval().attach_target(target)
-
-
-# -- a live target, and a drafter that knows its greedy output (partly) ---------------------------------------------
-# The counting target's output depends on the last token only (attention is dead), so it cannot tell a right target
-# cache, tree mask or rollback from a wrong one. The greedy identity tests run on a live target instead — every
-# output depends on the whole context through attention — with `OracleDrafter`, right often enough that rounds
-# accept deep paths and wrong often enough that deep drafts are rejected (so the caches are rolled back).
-
-
-def make_live_target(seed: int = 0, eos_token_id=None, **overrides):
-    """A tiny random Llama (weights of std 0.2): changing any earlier token changes its greedy continuation."""
-    target = make_family_target("llama", seed=seed, eos_token_id=eos_token_id, **overrides)
-    target.generation_config.eos_token_id = eos_token_id
-    return target
-
-
-class OracleDrafter(SlimSpecDrafterForCausalLM):
-    """Runs the real drafter (its cache, masks and positions: `DraftWatch` checks its states), then proposes from
-    what it was taught (`teach`): the token that followed token x at position p (x fed at p predicts the token after
-    it, as the drafter's inputs are shifted by one). Its first choice is right at 5 positions in 8, its runner-up at 2
-    more (a tree finds it, a chain does not) and neither at the last, so rounds both accept and reject deep drafts."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.known: dict[tuple[int, int], int] = {}  # (position, token) -> the token after it
-
-    def teach(self, *sequences) -> "OracleDrafter":
-        """`sequences`: the target's greedy outputs (real tokens only, no padding), each a list of token ids."""
-        self.known = {(p, s[p + 1]): s[p + 2] for s in sequences for p in range(len(s) - 2)}
-        return self
-
-    def forward(self, input_ids=None, position_ids=None, **kwargs):
-        out = super().forward(input_ids=input_ids, position_ids=position_ids, **kwargs)
-        vocab, n = out.logits.shape[-1], out.logits.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
-        first, second = [], []
-        for p, x in zip(position_ids[:, -n:].flatten().tolist(), input_ids[:, -n:].flatten().tolist()):
-            right = self.known.get((p, x), (7 * x + p) % vocab)  # a context it was not taught: some token
-            kind = (3 * p + 5 * x) % 8
-            wrong = (right + 1) % vocab
-            first.append(right if kind < 5 else wrong)
-            second.append(wrong if kind < 5 else right if kind < 7 else (right + 2) % vocab)
-        shape = out.logits.shape[:2]
-        first, second = torch.tensor(first).view(shape), torch.tensor(second).view(shape)
-        logits = F.one_hot(first, vocab).float() * 10 + F.one_hot(second, vocab).float() * 9
-        out.logits = logits.to(out.logits.device)
-        return out
-
-
-def make_oracle_drafter(target) -> OracleDrafter:
-    from slimspec_hf import SlimSpecDrafterConfig
-
-    torch.manual_seed(1)
-    config = SlimSpecDrafterConfig.from_target_config(target.config, target_layer_ids=[1, 3, 5])
-    return OracleDrafter(config).eval().attach_target(target)
-
-
-def real_tokens(ids: torch.Tensor, mask: torch.Tensor | None = None) -> list[int]:
-    """A row's tokens without its left padding."""
-    return ids[mask.bool()].tolist() if mask is not None else ids.tolist()
-
-
-def fresh_drafter_state(target, drafter, ids: list[int]) -> torch.Tensor:
-    """The drafter's state (d,) at the second-to-last token of `ids`, from scratch: one target forward over `ids`
-    (without a cache) for the features, one drafter forward over them (without a cache)."""
-    tokens = torch.tensor([ids])
-    with torch.no_grad():
-        hidden = target(tokens, output_hidden_states=True).hidden_states
-        features = torch.cat([hidden[i] for i in drafter.config.target_layer_ids], dim=-1)[:, :-1]  # (1, n - 1, 3d)
-        out = drafter(input_ids=tokens[:, 1:], target_features=features, position_ids=torch.arange(len(ids) - 1)[None])
-    return out.hidden_states[0, -1]
-
-
-class FreshLevels:
-    """The drafter's state (d,) and logits (V,) at the last node of a tree `path` drafted below the last token of
-    `ids`, from scratch and without a cache: one target forward over `ids` for the features, then one drafter forward
-    over every committed position (the target's features) and the path (each node fed its parent's state, computed
-    the same way), at positions 0, 1, ... (no padding). Remembers the features and states it computed."""
-
-    def __init__(self, target, drafter):
-        self.target, self.drafter = target, drafter
-        self.features: dict[tuple, torch.Tensor] = {}  # ids -> the fused target features (1, n - 1, d)
-        self.states: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (ids, path) -> (state, logits)
-
-    @torch.no_grad()
-    def __call__(self, ids: list[int], path: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (tuple(ids), tuple(path))
-        if key in self.states:
-            return self.states[key]
-        tokens = torch.tensor([ids])
-        if key[0] not in self.features:
-            hidden = self.target(tokens, output_hidden_states=True).hidden_states
-            layers = torch.cat([hidden[i] for i in self.drafter.config.target_layer_ids], dim=-1)
-            self.features[key[0]] = self.drafter.fuse(layers[:, :-1])
-        fed = [self(ids, path[:depth])[0][None, None] for depth in range(len(path))]  # each node's parent's state
-        inputs = torch.cat([tokens[:, 1:], torch.tensor([path], dtype=torch.long).view(1, -1)], dim=-1)
-        states = torch.cat([self.features[key[0]], *fed], dim=1)  # (1, n - 1 + depth, d)
-        out = self.drafter(input_ids=inputs, hidden_states=states, position_ids=torch.arange(inputs.shape[1])[None])
-        self.states[key] = out.hidden_states[0, -1], out.logits[0, -1]
-        return self.states[key]
-
-
-class DraftWatch:
-    """Watches every round of the `generate()` calls it is installed for (batch 1 or batched): the drafter's state
-    after each commit of accepted positions (`check` compares it with `fresh_drafter_state`: a drafter cache that
-    kept drafted positions, or took the features of the wrong rows, changes only the acceptance, never the output),
-    with `levels` every tree level's states and logits of every row (compared with `FreshLevels`: a level
-    that attends to padding or counts it in its positions changes only the drafts), and the deepest node each round
-    verifies (never past the length limit)."""
-
-    def __init__(self, monkeypatch, levels: bool = False):
-        self.commits: list[tuple[list[int], torch.Tensor]] = []  # (real tokens up to the committed one, state)
-        self.levels: list[
-            tuple[list[int], list[int], torch.Tensor, torch.Tensor]
-        ] = []  # (tokens, path, state, logits)
-        self.rounds: list[tuple[int, int, int]] = []  # (sequence length, deepest verified node, max_length)
-        self.checked = self.checked_levels = 0  # commits / level nodes checked so far
-        commit, verify = drafting_slimspec.DrafterState.commit, decoding_slimspec.SpeculativeDecoder.verify
-        forward_level = drafting_slimspec.DrafterState.forward_level
-
-        def watched_commit(state, seqs):
-            logits, hidden = commit(state, seqs)
-            for i, seq in enumerate(seqs):
-                end = state.committed[i] + 1  # the state at position committed - 1: input token `committed`
-                self.commits.append((real_tokens(seq.ids[0, :end], seq.key_mask[:end]), hidden[i].clone()))
-            return logits, hidden
-
-        def watched_level(state, seqs, rows, trees, frontiers, level):
-            logits = forward_level(state, seqs, rows, trees, frontiers, level)
-            for i, seq, tree, frontier, row_logits in zip(rows, seqs, trees, frontiers, logits):
-                assert state.committed[i] == seq.length - 1  # every position but the root's is in the cache
-                tokens = real_tokens(seq.ids[0], seq.key_mask)
-                for f, node in enumerate(frontier):
-                    self.levels.append(
-                        (tokens, tree.path_tokens(node), tree.states[node].clone(), row_logits[f].clone())
-                    )
-            return logits
-
-        def depth(tree):
-            return max((tree.depths[n] for n in tree.kept), default=0)
-
-        def watched_verify(decoder, trees):
-            for b, tree in zip(decoder.active, trees):
-                self.rounds.append((decoder.seqs[b].length, depth(tree), decoder.max_length))
-            return verify(decoder, trees)
-
-        monkeypatch.setattr(drafting_slimspec.DrafterState, "commit", watched_commit)
-        monkeypatch.setattr(decoding_slimspec.SpeculativeDecoder, "verify", watched_verify)
-        if levels:
-            monkeypatch.setattr(drafting_slimspec.DrafterState, "forward_level", watched_level)
-
-    def check(self, target, drafter) -> None:
-        """Every commit's state (and every level node's state and logits) equals a fresh drafter's; no verified node
-        lies past the last token the call may append (its bonus token comes after it); then forgets what it saw."""
-        for length, deepest, max_length in self.rounds:
-            assert length + deepest < max_length, (length, deepest, max_length)
-        for ids, state in self.commits:
-            torch.testing.assert_close(state, fresh_drafter_state(target, drafter, ids), rtol=1e-4, atol=1e-4)
-        fresh = FreshLevels(target, drafter)
-        for ids, path, state, logits in self.levels:
-            torch.testing.assert_close((state, logits), fresh(ids, path), rtol=1e-4, atol=1e-4)
-        self.checked += len(self.commits)
-        self.checked_levels += len(self.levels)
-        self.commits.clear()
-        self.levels.clear()
-        self.rounds.clear()
-
-
-def assert_deep_drafts_accepted_and_rejected(stats, depth: int = 2) -> None:
-    """The rounds accepted AND rejected drafts at the positions from 1 to `depth` (1-based): rollback happened."""
-    rates = stats.per_position_acceptance[:depth]
-    assert len(rates) == depth and all(0 < rate < 1 for rate in rates), rates
+from .testing_utils import (
+    CHI2_999,
+    HEAD_CONFIGS,
+    LIVE_EOS,
+    CountingDrafter,
+    DraftWatch,
+    assert_deep_drafts_accepted_and_rejected,
+    chi_square,
+    exact_marginals,
+    make_char_tokenizer,
+    make_counting_drafter,
+    make_counting_target,
+    make_drafter_for,
+    make_live_target,
+    make_oracle_drafter,
+    make_tiny_drafter,
+    make_tiny_target,
+    tiny_target_config,
+)
 
 
 # -- greedy identity --------------------------------------------------------------------------------------------
@@ -269,9 +53,6 @@ def test_greedy_identity_random_drafter(head):
         fast = target.generate(ids, max_new_tokens=10 + i, do_sample=False, assistant_model=drafter)
         assert fast.tolist() == plain.tolist(), f"prompt {i}"
         assert drafter.last_generation_stats.rounds > 0
-
-
-LIVE_EOS = 40  # a token the live target's greedy continuations reach mid-way, for some prompts
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -511,32 +292,6 @@ def test_left_padding_attention_mask_streamer_and_dict_output(capsys):
 # -- sampling ---------------------------------------------------------------------------------------------------
 
 
-def _exact_marginals(target, prompt, steps):
-    """Exact distribution of each of the first `steps` sampled tokens (temperature 1), by enumeration."""
-    vocab = target.config.vocab_size
-    seqs, weights = prompt.clone(), torch.ones(1)
-    marginals = []
-    for _ in range(steps):
-        with torch.no_grad():
-            probs = target(seqs).logits[:, -1].float().softmax(-1)  # (n, V)
-        joint = weights[:, None] * probs
-        marginals.append(joint.sum(0))
-        seqs = torch.cat([seqs.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(seqs.shape[0])[:, None]], 1)
-        weights = joint.flatten()
-    return marginals
-
-
-def _chi_square(counts, expected_probs):
-    n = counts.sum()
-    expected = expected_probs * n
-    keep = expected >= 5
-    other = (counts[~keep].sum(), expected[~keep].sum())
-    stat = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
-    if other[1] > 0:
-        stat = stat + (other[0] - other[1]) ** 2 / other[1]
-    return float(stat), int(keep.sum())  # degrees of freedom = cells - 1 (with the pooled cell)
-
-
 def _sample_last_tokens(target, drafter, prompt, n, seed, max_new_tokens=3, num_assistant_tokens=2):
     torch.manual_seed(seed)
     counts = torch.zeros(3, target.config.vocab_size)
@@ -554,31 +309,6 @@ def _sample_last_tokens(target, drafter, prompt, n, seed, max_new_tokens=3, num_
     return counts
 
 
-# chi-square 0.999 quantiles for df = 1..20
-CHI2_999 = [
-    10.83,
-    13.82,
-    16.27,
-    18.47,
-    20.52,
-    22.46,
-    24.32,
-    26.12,
-    27.88,
-    29.59,
-    31.26,
-    32.91,
-    34.53,
-    36.12,
-    37.70,
-    39.25,
-    40.79,
-    42.31,
-    43.82,
-    45.31,
-]
-
-
 def test_speculative_sampling_matches_the_target_distribution():
     target = make_tiny_target(seed=21, vocab_size=12)
     with torch.no_grad():
@@ -587,11 +317,11 @@ def test_speculative_sampling_matches_the_target_distribution():
     with torch.no_grad():
         drafter.lm_head.weight.copy_(target.lm_head.weight + 0.5 * torch.randn_like(target.lm_head.weight))
     prompt = torch.tensor([[1, 5, 3]])
-    exact = _exact_marginals(target, prompt, 3)
+    exact = exact_marginals(target, prompt, 3)
     counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
     assert drafter.last_generation_stats.drafted_tokens > 0
     for j in (1, 2):  # tokens 2 and 3 come through the speculative acceptance rule
-        stat, dof = _chi_square(counts[j], exact[j])
+        stat, dof = chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
     # The same test fails for a rule that tests the drafted tokens against another q than they were drawn from.
@@ -609,7 +339,7 @@ def test_speculative_sampling_matches_the_target_distribution():
         counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0)
     finally:
         drafting_slimspec.TreeDrafter.expand = expand
-    stat, dof = _chi_square(counts[1], exact[1])
+    stat, dof = chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat
 
 
@@ -911,11 +641,11 @@ def test_hybrid_sampling_matches_the_target_distribution(settings):
         setattr(drafter.generation_config, name, value)
     prompt = torch.tensor([[1, 5, 3, 1, 5]])
     sample = dict(max_new_tokens=6, num_assistant_tokens=1)
-    exact = _exact_marginals(target, prompt, 3)
+    exact = exact_marginals(target, prompt, 3)
     counts = _sample_last_tokens(target, drafter, prompt, 1500, seed=0, **sample)
     assert len(drafter.last_generation_stats.rounds_by_source) > 0
     for j in (1, 2):
-        stat, dof = _chi_square(counts[j], exact[j])
+        stat, dof = chi_square(counts[j], exact[j])
         assert stat < CHI2_999[dof - 1], (j, stat, dof)
 
     # Claiming a lookup draft came from a uniform distribution (it is deterministic) breaks the acceptance rule.
@@ -936,7 +666,7 @@ def test_hybrid_sampling_matches_the_target_distribution(settings):
     finally:
         drafting_slimspec.DraftTree.graft = graft
     assert sources & {"lookup", "drafter"}, sources
-    stats = [_chi_square(counts[j], exact[j]) for j in (1, 2)]
+    stats = [chi_square(counts[j], exact[j]) for j in (1, 2)]
     assert any(stat > CHI2_999[dof - 1] for stat, dof in stats), stats
 
 

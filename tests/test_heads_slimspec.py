@@ -5,7 +5,7 @@ import torch
 
 from slimspec_hf.heads_slimspec import FullHead, LowRankHead, with_merged_head
 
-from .conftest import make_tiny_drafter
+from .testing_utils import make_tiny_drafter
 
 
 def test_a_merged_head_drafts_what_the_low_rank_head_drafts(tiny_target):

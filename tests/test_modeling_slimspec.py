@@ -16,7 +16,7 @@ from slimspec_hf import (
 )
 from slimspec_hf.modeling_slimspec import causal_mask, ttt_attention
 
-from .conftest import make_tiny_drafter, run_without_package
+from .testing_utils import make_tiny_drafter, run_without_package
 
 
 def _features(target, ids, layer_ids):

@@ -177,6 +177,46 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, cycles
 
 
+TESTS = Path(__file__).resolve().parent
+
+
+def _files_imported_from_tests(path: Path) -> set[Path]:
+    """The files under tests/ that the module `path` imports, anywhere in it (deferred imports included)."""
+    package = ["tests", *path.relative_to(TESTS).parent.parts]
+    files = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            candidates = [module] + [module + [alias.name] for alias in node.names]  # `from . import test_x` too
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name.split(".") for alias in node.names]
+        else:
+            continue
+        for parts in candidates:
+            if parts[:1] == ["tests"] and len(parts) > 1:
+                file = TESTS.joinpath(*parts[1:]).with_suffix(".py")
+                if file.is_file():
+                    files.add(file)
+    return files
+
+
+def test_test_modules_share_helpers_through_testing_utils_only():
+    """Helpers shared by test modules live in tests/testing_utils.py (transformers' habit): no module under tests/
+    imports a test module (`test_*.py`) or `conftest.py` (pytest imports those itself)."""
+    imported = {path: _files_imported_from_tests(path) for path in sorted(TESTS.rglob("*.py"))}
+    wrong = {}
+    for path, files in imported.items():
+        tests = sorted(
+            str(f.relative_to(TESTS)) for f in files if f.name.startswith("test_") or f.name == "conftest.py"
+        )
+        if tests:
+            wrong[str(path.relative_to(TESTS))] = tests
+    assert wrong == {}, f"import these helpers from testing_utils.py instead: {wrong}"
+    # the walk resolves relative imports: the fixtures' own helpers come from testing_utils.py
+    assert TESTS / "testing_utils.py" in imported[TESTS / "conftest.py"]
+
+
 def test_decoding_functions_are_short():
     """The decoding core reads at once: no function of the remote-code decoding modules over 80 lines."""
     long = {}
@@ -200,7 +240,7 @@ def test_the_core_install_loads_a_drafter_and_generates(tmp_path):
     """With the extras' packages absent (trl, peft, accelerate, datasets, evaluate, matplotlib, gguf, jinja2), the
     README's quick start works: a saved drafter loads with the Auto class and `generate(..., assistant_model=)` gives
     the target's own greedy output; none of the extras was imported."""
-    from .conftest import run_with_core_only
+    from .testing_utils import run_with_core_only
 
     result = run_with_core_only(
         f"""
@@ -227,7 +267,7 @@ def test_the_core_install_loads_a_drafter_and_generates(tmp_path):
 
 
 def test_a_missing_extra_is_one_line_naming_the_pip_command(tmp_path):
-    from .conftest import run_with_core_only
+    from .testing_utils import run_with_core_only
 
     result = run_with_core_only(
         """

@@ -16,9 +16,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from .conftest import make_tiny_drafter
-from .families import FAMILIES, make_family_target
-from .test_generation import _chi_square
+from .testing_utils import FAMILIES, chi_square, make_family_target, make_tiny_drafter
 
 
 V = 8
@@ -130,7 +128,7 @@ def worst_ratio(target, prompts, drawn, windows, steps, warped: bool = False) ->
             counts, expected = joint_counts(tokens, start, length), window(joint, start, length)
             outside = int(counts[expected == 0].sum())
             assert outside == 0, f"{outside} sampled windows at {start} have probability 0 under the target's"
-            stat, dof = _chi_square(counts, expected)
+            stat, dof = chi_square(counts, expected)
             worst = max(worst, stat / chi2_999(dof))
     return worst
 

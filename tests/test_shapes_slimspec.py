@@ -18,7 +18,7 @@ from slimspec_hf.shapes_slimspec import (
     tokens_by_size,
 )
 
-from .conftest import make_tiny_drafter
+from .testing_utils import make_tiny_drafter
 
 
 def observed(rank_probabilities, depths=8, rounds=10_000, max_rank=8):

@@ -14,7 +14,7 @@ import yaml
 from slimspec_hf import cli
 from slimspec_hf.commands.common import looks_like_path
 
-from ..conftest import REPO_ROOT, make_char_tokenizer, make_tiny_drafter, make_tiny_target
+from ..testing_utils import REPO_ROOT, make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
 RECIPE = REPO_ROOT / "recipes" / "smollm2-135m-instruct" / "slimspec" / "config_embedded_v1.yaml"
@@ -262,7 +262,7 @@ def test_other_commands_check_the_target_path_too(capsys, workdir, command):
 def test_bench_verify_times_each_batch_size(tmp_path, capsys):
     from slimspec_hf.commands import bench_verify
 
-    from ..conftest import make_char_tokenizer, make_tiny_target
+    from ..testing_utils import make_char_tokenizer, make_tiny_target
 
     make_tiny_target().save_pretrained(tmp_path / "target")
     make_char_tokenizer().save_pretrained(tmp_path / "target")

@@ -5,7 +5,7 @@ import torch
 
 from slimspec_hf.commands.generate import main, profile_generation
 
-from ..conftest import make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_tiny_drafter, make_tiny_target
 
 
 class _Tok:

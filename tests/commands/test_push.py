@@ -10,7 +10,7 @@ import yaml
 
 from slimspec_hf import cli
 
-from ..conftest import make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_tiny_drafter, make_tiny_target
 
 
 SHIPPED_DRAFTER = Path(__file__).resolve().parents[2] / "drafters" / "smollm2-135m-instruct-slimspec"

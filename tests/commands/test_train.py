@@ -38,8 +38,7 @@ def test_train_saves_the_drafter_with_its_rendered_card(tmp_path):
     """`slimspec train` ends with the drafter, the inputs of its card and the card rendered from them."""
     from slimspec_hf.commands.train import main
 
-    from ..conftest import make_tiny_target
-    from ..training.test_trainer import tiny_rows
+    from ..testing_utils import make_tiny_target, tiny_rows
 
     make_tiny_target().save_pretrained(tmp_path / "target")
     tiny_rows(8).to_json(tmp_path / "rows.jsonl")

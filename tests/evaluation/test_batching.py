@@ -6,7 +6,7 @@ from slimspec_hf.evaluation.batching import batch_systems, render_sweep, run_bat
 from slimspec_hf.evaluation.benchmark import BenchmarkSettings, load_questions, run_benchmark
 from slimspec_hf.evaluation.systems import build_systems
 
-from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
 PROMPTS = ["Write a poem about the sea.", "Sort a list in Python.", "Who wrote Hamlet?", "Translate: Bonjour."]

@@ -14,7 +14,7 @@ from slimspec_hf.evaluation.benchmark import (
 )
 from slimspec_hf.evaluation.cost_model import speedup
 
-from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
 def _drafter(target, k: int, **overrides):

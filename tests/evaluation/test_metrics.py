@@ -23,7 +23,7 @@ from slimspec_hf.evaluation.metrics import (
     time_heads,
 )
 
-from ..conftest import make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_tiny_drafter, make_tiny_target
 
 
 METRICS_DIR = Path(slimspec_hf.__file__).parent / "evaluation" / "evaluate_metrics"

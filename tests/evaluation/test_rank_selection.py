@@ -24,7 +24,7 @@ from slimspec_hf.evaluation.rank_selection import (
 )
 from slimspec_hf.training.head_init import activation_aware_factors, second_moment
 
-from ..conftest import make_tiny_drafter
+from ..testing_utils import make_tiny_drafter
 
 
 def knee_head(d=32, vocab=256, knee=8, seed=0):

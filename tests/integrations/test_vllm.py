@@ -18,7 +18,7 @@ import pytest
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from ..conftest import REPO_ROOT, SHARED_DATA  # noqa: E402
+from ..testing_utils import REPO_ROOT, SHARED_DATA  # noqa: E402
 
 
 pytestmark = pytest.mark.vllm

@@ -14,7 +14,7 @@ from slimspec_hf.commands.export import main as main_export
 from slimspec_hf.integrations.vllm import ARCHITECTURE
 from slimspec_hf.integrations.vllm.export import export_vllm
 
-from ..conftest import make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_tiny_drafter, make_tiny_target
 
 
 def vllm_reads(config: dict) -> dict:

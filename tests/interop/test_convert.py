@@ -1,6 +1,6 @@
 """EAGLE-3 interop: synthetic SafeAILab / speculators checkpoints → SlimSpec, and SlimSpec → speculators.
 
-Every conversion is checked against `reference_eagle3`, an independent plain-torch forward of the *source*
+Every conversion is checked against `reference_eagle3` (testing_utils.py), an independent plain-torch forward of the *source*
 EAGLE-3 drafter written from the format descriptions (it imports nothing from slimspec_hf). Tolerance: fp32
 throughout, logits agree to atol 1e-5 (they differ only by summation order).
 """
@@ -10,10 +10,8 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from safetensors.torch import save_file
 
-from slimspec_hf import SlimSpecDrafterForCausalLM, cli
+from slimspec_hf import SlimSpecDrafterForCausalLM
 from slimspec_hf.interop.convert import convert_eagle3, expand_draft_head, read_eagle3_checkpoint
 from slimspec_hf.interop.export import (
     DEFAULT_SPECULATIVE_TOKENS,
@@ -23,199 +21,26 @@ from slimspec_hf.interop.export import (
 )
 from slimspec_hf.training.head_init import prepare_head_finetune
 
-from ..conftest import make_tiny_target
-
-
-ATOL = 1e-5
-L = 8  # target layers: EAGLE-3's default {2, L//2, L-3} = {2, 4, 5} are distinct
-PREFIX = {"eagle": "midlayer.", "speculators": "layers.0."}
-
-
-def convert_main(argv):  # through the `slimspec` error boundary, as a user runs it
-    return cli.main(["convert", *argv])
-
-
-def export_main(argv):
-    return cli.main(["export", *argv])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Independent reference of the source EAGLE-3 forward
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _rms(x, w, eps):
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-
-def _rope(x, theta):  # x (B, H, T, hd), positions 0..T-1, rotate-half convention
-    hd, T = x.shape[-1], x.shape[-2]
-    inv = 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd)
-    ang = torch.arange(T).float()[:, None] * inv[None]
-    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
-    return x * cos + torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1) * sin
-
-
-def reference_eagle3(sd, prefix, cfg, emb, h, token_ids, vocab_size, norm_before_residual=False):
-    """Source drafter: returns (full-vocab logits with -inf outside the draft vocab, pre-norm output fed back)."""
-    p, eps, H, Hkv = prefix, cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    if h.shape[-1] != emb.shape[-1]:
-        h = h @ sd["fc.weight"].T  # fuse cat(h_low, h_mid, h_high)
-    hn = _rms(h, sd[p + "hidden_norm.weight"], eps)
-    residual = hn if norm_before_residual else h
-    x = torch.cat([_rms(emb, sd[p + "input_layernorm.weight"], eps), hn], -1)  # embedding first
-    B, T, _ = x.shape
-    q = (x @ sd[p + "self_attn.q_proj.weight"].T).view(B, T, H, -1).transpose(1, 2)
-    k = (x @ sd[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, -1).transpose(1, 2)
-    v = (x @ sd[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, -1).transpose(1, 2)
-    q, k = _rope(q, cfg["rope_theta"]), _rope(k, cfg["rope_theta"])
-    k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
-    att = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
-    h = residual + (att @ v).transpose(1, 2).reshape(B, T, -1) @ sd[p + "self_attn.o_proj.weight"].T
-    m = _rms(h, sd[p + "post_attention_layernorm.weight"], eps)
-    h = (
-        h
-        + (F.silu(m @ sd[p + "mlp.gate_proj.weight"].T) * (m @ sd[p + "mlp.up_proj.weight"].T))
-        @ sd[p + "mlp.down_proj.weight"].T
-    )
-    draft_logits = _rms(h, sd["norm.weight"], eps) @ sd["lm_head.weight"].T  # (B, T, K)
-    logits = draft_logits.new_full((B, T, vocab_size), float("-inf"))
-    logits[..., token_ids] = draft_logits
-    return logits, h
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Synthetic checkpoints
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def layer_config(target, draft_vocab_size):
-    tc = target.config
-    return {
-        "hidden_size": tc.hidden_size,
-        "intermediate_size": 48,  # differs from the target's: must come from the checkpoint
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "num_hidden_layers": 1,
-        "vocab_size": tc.vocab_size,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 5000.0,  # differs from the target's
-        "max_position_embeddings": 256,
-        "hidden_act": "silu",
-        "draft_vocab_size": draft_vocab_size,
-    }
-
-
-def random_weights(fmt, target, draft_vocab_size, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    d, inter, V = target.config.hidden_size, 48, target.config.vocab_size
-
-    def w(*shape):
-        return torch.randn(*shape, generator=g) * 0.2
-
-    def norm():
-        return 1 + 0.3 * torch.randn(d, generator=g)
-
-    p = PREFIX[fmt]
-    sd = {
-        "fc.weight": w(d, 3 * d),
-        p + "input_layernorm.weight": norm(),
-        p + "hidden_norm.weight": norm(),
-        p + "self_attn.q_proj.weight": w(32, 2 * d),
-        p + "self_attn.k_proj.weight": w(16, 2 * d),
-        p + "self_attn.v_proj.weight": w(16, 2 * d),
-        p + "self_attn.o_proj.weight": w(d, 32),
-        p + "post_attention_layernorm.weight": norm(),
-        p + "mlp.gate_proj.weight": w(inter, d),
-        p + "mlp.up_proj.weight": w(inter, d),
-        p + "mlp.down_proj.weight": w(d, inter),
-        "norm.weight": norm(),
-        "lm_head.weight": w(draft_vocab_size, d),
-    }
-    token_ids = torch.arange(V)
-    if draft_vocab_size < V:
-        token_ids = torch.randperm(V, generator=g)[:draft_vocab_size].sort().values
-        sd["d2t"] = token_ids - torch.arange(draft_vocab_size)
-        t2d = torch.zeros(V, dtype=torch.bool)
-        t2d[token_ids] = True
-        sd["t2d"] = t2d
-    return sd, token_ids
-
-
-def write_checkpoint(folder, config, tensors):
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-def eagle_checkpoint(tmp_path, target, draft_vocab_size=40, seed=0, **config_extra):
-    cfg = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        **layer_config(target, draft_vocab_size),
-    }
-    cfg.update(config_extra)
-    sd, token_ids = random_weights("eagle", target, draft_vocab_size, seed)
-    return write_checkpoint(tmp_path / "eagle", cfg, sd), cfg, sd, token_ids
-
-
-def speculators_checkpoint(tmp_path, target, draft_vocab_size=None, seed=0, with_embedding=True, **config_extra):
-    V = target.config.vocab_size
-    draft_vocab_size = draft_vocab_size or V
-    layer = {"model_type": "llama", **layer_config(target, draft_vocab_size)}
-    layer.pop("draft_vocab_size")
-    cfg = {
-        "architectures": ["Eagle3Speculator"],
-        "speculators_model_type": "eagle3",
-        "transformer_layer_config": layer,
-        "draft_vocab_size": draft_vocab_size,
-        "norm_before_residual": False,
-        "eagle_aux_hidden_state_layer_ids": [1, 3, 6],
-        "speculators_config": {"algorithm": "eagle3", "proposal_methods": [], "verifier": {"name_or_path": None}},
-    }
-    cfg.update(config_extra)
-    sd, token_ids = random_weights("speculators", target, draft_vocab_size, seed)
-    if with_embedding:
-        sd["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
-    return write_checkpoint(tmp_path / "spec", cfg, sd), cfg, sd, token_ids
-
-
-def features(target, layer_ids, T=7, seed=3):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, target.config.vocab_size, (2, T + 1), generator=g)
-    with torch.no_grad():
-        out = target(ids[:, :-1], output_hidden_states=True)
-    feats = torch.cat([out.hidden_states[i] for i in layer_ids], -1)  # (B, T, 3·d)
-    emb = target.get_input_embeddings()(ids[:, 1:]).detach()  # embeddings of the next tokens
-    return ids[:, 1:], feats, emb
+from ..testing_utils import (
+    ATOL,
+    L,
+    assert_two_steps_match,
+    convert_main,
+    eagle_checkpoint,
+    export_main,
+    features,
+    make_tiny_target,
+    reference_config,
+    reference_eagle3,
+    rms_norm,
+    speculators_checkpoint,
+    write_checkpoint,
+)
 
 
 @pytest.fixture
 def target():
     return make_tiny_target(num_hidden_layers=L)
-
-
-def _ref_cfg(cfg):
-    return cfg.get("transformer_layer_config", cfg)
-
-
-def assert_two_steps_match(drafter, sd, cfg, target, layer_ids, token_ids, norm_before_residual):
-    """Step 1 from target features, step 2 fed each model's own pre-norm output: logits agree (−inf included)."""
-    fmt = "speculators" if "transformer_layer_config" in cfg else "eagle"
-    ids, feats, emb = features(target, layer_ids)
-    V = target.config.vocab_size
-    with torch.no_grad():
-        out = drafter(input_ids=ids, target_features=feats)
-        out2 = drafter(input_ids=ids, hidden_states=out.hidden_states)
-        ref, ref_h = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, feats, token_ids, V, norm_before_residual)
-        ref2, _ = reference_eagle3(sd, PREFIX[fmt], _ref_cfg(cfg), emb, ref_h, token_ids, V, norm_before_residual)
-    for ours, theirs in ((out.logits, ref), (out2.logits, ref2)):
-        assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
-        finite = torch.isfinite(theirs)
-        torch.testing.assert_close(ours[finite], theirs[finite], atol=ATOL, rtol=0)
-    return ref
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -251,7 +76,7 @@ def test_eagle_full_head_keeps_draft_rows_and_fills_the_rest_from_target(tmp_pat
     torch.testing.assert_close(logits[..., token_ids], ref[..., token_ids], atol=ATOL, rtol=0)
     others = torch.ones(target.config.vocab_size, dtype=torch.bool)
     others[token_ids] = False
-    from_target = _rms(ref_h, sd["norm.weight"], 1e-5) @ target.lm_head.weight.detach()[others].T
+    from_target = rms_norm(ref_h, sd["norm.weight"], 1e-5) @ target.lm_head.weight.detach()[others].T
     torch.testing.assert_close(logits[..., others], from_target, atol=ATOL, rtol=0)
 
 
@@ -263,7 +88,9 @@ def test_speculators_full_vocab_reproduces_source_and_drops_matching_embedding(t
     ids, feats, emb = features(target, [1, 3, 6])
     with torch.no_grad():
         logits = drafter(input_ids=ids, target_features=feats).logits
-        ref, _ = reference_eagle3(sd, "layers.0.", _ref_cfg(cfg), emb, feats, token_ids, target.config.vocab_size)
+        ref, _ = reference_eagle3(
+            sd, "layers.0.", reference_config(cfg), emb, feats, token_ids, target.config.vocab_size
+        )
     torch.testing.assert_close(logits, ref, atol=ATOL, rtol=0)
 
 
@@ -277,7 +104,9 @@ def test_speculators_norm_before_residual_reproduces_source(tmp_path, target, dr
     ref = assert_two_steps_match(drafter, sd, cfg, target, [1, 3, 6], token_ids, norm_before_residual=True)
     # the flag changes the forward: the residual-on-h reference is far from what the drafter reproduces
     ids, feats, emb = features(target, [1, 3, 6])
-    other, _ = reference_eagle3(sd, "layers.0.", _ref_cfg(cfg), emb, feats, token_ids, target.config.vocab_size)
+    other, _ = reference_eagle3(
+        sd, "layers.0.", reference_config(cfg), emb, feats, token_ids, target.config.vocab_size
+    )
     finite = torch.isfinite(ref)
     assert (other[finite] - ref[finite]).abs().max() > 100 * ATOL
 
@@ -610,7 +439,7 @@ def test_export_eagle3_safeailab_round_trip(tmp_path, target, head_type):
 
 
 def test_export_eagle3_writes_other_layer_ids_as_sglang_layer_outputs(tmp_path, target):
-    from ..conftest import make_tiny_drafter
+    from ..testing_utils import make_tiny_drafter
 
     drafter = make_tiny_drafter(target, head_type="full", target_layer_ids=[1, 3, 6])
     cfg = json.loads((export_eagle3(drafter, tmp_path / "export") / "config.json").read_text())
@@ -625,7 +454,7 @@ def test_export_eagle3_refuses_norm_before_residual(tmp_path, target):
 
 
 def test_export_refuses_last_layer_id(tmp_path, target):
-    from ..conftest import make_tiny_drafter
+    from ..testing_utils import make_tiny_drafter
 
     drafter = make_tiny_drafter(target, head_type="full", target_layer_ids=[2, 4, L])
     with pytest.raises(ValueError, match="post-norm"):
@@ -633,7 +462,7 @@ def test_export_refuses_last_layer_id(tmp_path, target):
 
 
 def test_export_refuses_target_head(tmp_path, target):
-    from ..conftest import make_tiny_drafter
+    from ..testing_utils import make_tiny_drafter
 
     drafter = make_tiny_drafter(target, head_type="target")
     with pytest.raises(ValueError, match="head_type='target'"):

@@ -16,17 +16,18 @@ from safetensors.torch import load_file
 from slimspec_hf.interop.convert import convert_eagle3, read_eagle3_checkpoint
 from slimspec_hf.interop.export import export_eagle3, export_speculators, export_torchspec
 
-from ..conftest import make_tiny_drafter, make_tiny_target
-from .test_convert import (
+from ..testing_utils import (
     ATOL,
     PREFIX,
-    _ref_cfg,
-    _rms,
     convert_main,
     eagle_checkpoint,
     export_main,
     features,
+    make_tiny_drafter,
+    make_tiny_target,
+    reference_config,
     reference_eagle3,
+    rms_norm,
     speculators_checkpoint,
     write_checkpoint,
 )
@@ -63,22 +64,22 @@ def fused_input(sd: dict, flags: dict, feats: torch.Tensor, eps: float) -> torch
     """What `fc` reads: one RMSNorm over the 3·d_t concatenation (`norm_before_fc`) or one per target layer
     (`fc_norm`), else the raw concatenation."""
     if flags.get("norm_before_fc"):
-        feats = _rms(feats, sd["input_norm.weight"], eps)
+        feats = rms_norm(feats, sd["input_norm.weight"], eps)
     if flags.get("fc_norm"):
-        feats = torch.cat([_rms(c, sd[f"fc_norm.{i}.weight"], eps) for i, c in enumerate(feats.chunk(3, -1))], -1)
+        feats = torch.cat([rms_norm(c, sd[f"fc_norm.{i}.weight"], eps) for i, c in enumerate(feats.chunk(3, -1))], -1)
     return feats
 
 
 def reference_eagle31(sd, fmt, cfg, emb, feats, token_ids, vocab_size, flags, head=None):
     """Two steps of the source drafter: logits of step 1 (from the target's features) and step 2 (fed step 1's
     state: post-norm with `norm_output`, else pre-norm). `head` (down, up) replaces `lm_head.weight` (TorchSpec)."""
-    eps, layer_cfg = _ref_cfg(cfg)["rms_norm_eps"], _ref_cfg(cfg)
+    eps, layer_cfg = reference_config(cfg)["rms_norm_eps"], reference_config(cfg)
     if head is not None:  # a factored head: its merged weight, computed here independently of the package
         sd = {**sd, "lm_head.weight": head[1] @ head[0]}
     logits, h = reference_eagle3(
         sd, PREFIX[fmt], layer_cfg, emb, fused_input(sd, flags, feats, eps), token_ids, vocab_size
     )
-    fed = _rms(h, sd["norm.weight"], eps) if flags.get("norm_output") else h
+    fed = rms_norm(h, sd["norm.weight"], eps) if flags.get("norm_output") else h
     logits2, _ = reference_eagle3(sd, PREFIX[fmt], layer_cfg, emb, fed, token_ids, vocab_size)
     return logits, logits2
 

@@ -15,16 +15,16 @@ from slimspec_hf.integrations.vllm.export import export_vllm
 from slimspec_hf.interop.convert import convert_eagle3
 from slimspec_hf.interop.export import export_eagle3, export_speculators
 
-from ..families import make_family_target
-from .test_convert import (
+from ..testing_utils import (
     ATOL,
     L,
-    _rms,
     assert_two_steps_match,
     convert_main,
     eagle_checkpoint,
     export_main,
     features,
+    make_family_target,
+    rms_norm,
     speculators_checkpoint,
 )
 
@@ -209,7 +209,7 @@ def test_vllm_export_keeps_the_factors_of_a_drafter_built_for_the_target(tmp_pat
     ids, feats, _ = features(target, DEFAULT_IDS)
     with torch.no_grad():
         out = drafter(input_ids=ids, target_features=feats)
-        normed = _rms(out.hidden_states, tensors["norm.weight"], drafter.config.rms_norm_eps)
+        normed = rms_norm(out.hidden_states, tensors["norm.weight"], drafter.config.rms_norm_eps)
     logits = normed @ tensors["lm_head.down.weight"].T @ tensors["lm_head.up.weight"].T
     torch.testing.assert_close(logits, out.logits, atol=ATOL, rtol=0)
 

@@ -1,14 +1,13 @@
 """Hub integration: model cards, `push_to_hub`, loading by repo id with and without the package.
 
 Everything that talks to the Hub goes through the real `huggingface_hub`/`transformers` clients against the loopback
-server in `hub_server.py`. `HF_ENDPOINT` is read when huggingface_hub is imported, so the client code runs in fresh
-interpreters (the `_scenario_*` functions below, run by `_run_client`) with a dummy token, telemetry off and a fresh
-`HF_HOME`; the pytest process only inspects what they report and what the server holds.
+server `HubServer` (testing_utils.py). `HF_ENDPOINT` is read when huggingface_hub is imported, so the client code runs
+in fresh interpreters (the `_scenario_*` functions below, run by `_run_client`) with a dummy token, telemetry off and a
+fresh `HF_HOME`; the pytest process only inspects what they report and what the server holds.
 """
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,12 +19,9 @@ import pytest
 import torch
 import yaml
 
-from ..hub_server import HubServer
+from ..testing_utils import REPO_ROOT, RESULT_MARK, HubServer, hub_client_env
 
 
-TESTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = TESTS_DIR.parents[1]
-RESULT_MARK = "@@SCENARIO_RESULT@@"
 DRAFTER_REPO = "org/tiny-drafter"
 SETTINGS_REPO = "org/tiny-drafter-settings"
 RESULTS = {"acceptance_length": 3.1, "rho_tau": 0.99, "speedup": 2.0, "nu": 0.2, "dataset": "Spec-Bench"}
@@ -48,25 +44,6 @@ sys.meta_path.insert(0, _BlockSlimSpec())
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _client_env(hub: HubServer, home: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
-    env.update(
-        HF_ENDPOINT=hub.url,
-        HF_TOKEN="hf_dummy_token_for_the_test_server",
-        HF_HOME=str(home),
-        HF_HUB_DISABLE_TELEMETRY="1",
-        HF_HUB_DISABLE_XET="1",
-        HF_HUB_DISABLE_PROGRESS_BARS="1",
-        HF_HUB_ETAG_TIMEOUT="5",
-        HF_HUB_DOWNLOAD_TIMEOUT="5",
-        TRANSFORMERS_VERBOSITY="error",
-        TOKENIZERS_PARALLELISM="false",
-        OMP_NUM_THREADS="1",
-        NO_PROXY="127.0.0.1,localhost",
-    )
-    return env
-
-
 def _run_client(hub: HubServer, home: Path, scenario: str, *args, block_package: bool = False) -> dict:
     boot = (BLOCK_PACKAGE if block_package else "") + (
         "import json, sys\n"
@@ -77,7 +54,7 @@ def _run_client(hub: HubServer, home: Path, scenario: str, *args, block_package:
     )
     proc = subprocess.run(
         [sys.executable, "-c", boot],
-        env=_client_env(hub, home),
+        env=hub_client_env(hub, home),
         stdin=subprocess.DEVNULL,  # transformers' trust_remote_code prompt must not wait for input
         capture_output=True,
         text=True,
@@ -132,7 +109,7 @@ def _scenario_push_and_load(workdir: str) -> dict:
     from slimspec_hf.interop import hub
     from slimspec_hf.interop.model_card import write_model_card
 
-    from ..conftest import make_tiny_drafter, make_tiny_target
+    from ..testing_utils import make_tiny_drafter, make_tiny_target
 
     work, api, out = Path(workdir), HfApi(), {}
     out["push_is_the_drafters_own"] = "push_to_hub" in SlimSpecDrafterForCausalLM.__dict__
@@ -494,7 +471,7 @@ def test_remote_code_without_the_package(pushed, hub_server, tmp_path):
 
 
 def _tiny_drafter(**overrides):
-    from ..conftest import make_tiny_drafter, make_tiny_target
+    from ..testing_utils import make_tiny_drafter, make_tiny_target
 
     return make_tiny_drafter(make_tiny_target(), **overrides)
 
@@ -567,7 +544,7 @@ def test_card_without_a_target_warns_and_uses_a_placeholder():
 def test_card_refuses_configs_that_are_not_slimspec_drafters(tmp_path):
     from slimspec_hf.interop.model_card import render_model_card, write_model_card
 
-    from ..conftest import make_tiny_target
+    from ..testing_utils import make_tiny_target
 
     target = make_tiny_target()
     target.save_pretrained(tmp_path)

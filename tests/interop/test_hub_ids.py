@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
-from ..hub_server import HubServer
-from .test_convert import L, eagle_checkpoint
-from .test_hub import REPO_ROOT, RESULT_MARK, _client_env
+from ..testing_utils import (
+    REPO_ROOT,
+    RESULT_MARK,
+    HubServer,
+    L,
+    eagle_checkpoint,
+    hub_client_env,
+    make_char_tokenizer,
+    make_tiny_drafter,
+    make_tiny_target,
+)
 
 
 TARGET_REPO, DRAFTER_REPO, EAGLE_REPO, DATA_REPO = (
@@ -105,7 +112,7 @@ def hub_ids(tmp_path_factory):
         )
         proc = subprocess.run(
             [sys.executable, "-c", boot],
-            env=_client_env(hub, tmp_path_factory.mktemp("hf-home")),
+            env=hub_client_env(hub, tmp_path_factory.mktemp("hf-home")),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

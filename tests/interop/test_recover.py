@@ -16,7 +16,7 @@ from slimspec_hf.interop.convert import convert_eagle3, full_vocab_head, read_ea
 from slimspec_hf.interop.export import export_speculators
 from slimspec_hf.interop.recover import RecoverSettings, collect_head_states, fit_low_rank_head, target_answers
 
-from ..conftest import make_char_tokenizer, make_tiny_drafter, make_tiny_target
+from ..testing_utils import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
 
 PROMPTS = ["Hi", "What is the capital of France?", "Tell me a story about a dog", "ok?"]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ..conftest import REPO_ROOT, SHARED_DATA
+from ..testing_utils import REPO_ROOT, SHARED_DATA
 
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ..conftest import REPO_ROOT
+from ..testing_utils import REPO_ROOT
 
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,7 @@ from transformers import TrainerControl, TrainerState
 from slimspec_hf.training.callbacks import TimeLimitCallback
 from slimspec_hf.training.config import SlimSpecConfig
 
-from ..conftest import make_tiny_target
-from .test_trainer import tiny_args, tiny_rows
+from ..testing_utils import make_tiny_target, tiny_args, tiny_rows
 
 
 class FakeClock:

@@ -9,8 +9,7 @@ from safetensors.torch import load_file
 from slimspec_hf.training.continual import STATE_FILE, ContinualState, data_order
 from slimspec_hf.training.data import SlimSpecDataCollator
 
-from ..conftest import make_tiny_target
-from .test_trainer import tiny_args, tiny_rows
+from ..testing_utils import make_tiny_target, tiny_args, tiny_rows
 
 
 class RecordingCollator(SlimSpecDataCollator):

@@ -192,7 +192,7 @@ def test_an_answer_ends_at_eos_or_at_a_stop_string():
     is cut before the stop string and the row counts as stopped, not cut at the token limit."""
     from slimspec_hf.training.data import _cut_at_eos
 
-    from ..conftest import make_char_tokenizer
+    from ..testing_utils import make_char_tokenizer
 
     tokenizer = make_char_tokenizer()  # (printable ASCII only: the stop string here has no newline)
     rows = [tokenizer.encode(text, add_special_tokens=False) for text in (" 4. Q: 3+3?", " four and", " 5. Q")]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ..conftest import REPO_ROOT
+from ..testing_utils import REPO_ROOT
 
 
 SCRIPT = REPO_ROOT / "recipes" / "smollm2-135m-instruct" / "gpu.sh"

@@ -6,29 +6,7 @@ import torch
 from slimspec_hf.training.config import SlimSpecConfig
 from slimspec_hf.training.losses import LOSS_TYPES, Objective, step_weights, ttt_kl_loss
 
-
-def naive_objective(loss_type, p, logq, kl_weight=0.0, eta=3.0, greedy_token=None):
-    """Per row, from the (…, V) teacher probabilities p and student log-probabilities (autograd does the rest):
-    α = Σ min(p, q) is the probability that speculative sampling accepts a draft from q. `lk_greedy` scores the
-    target's greedy token `greedy_token` (default argmax p; -1: a token the drafter cannot draft, no loss)."""
-    q = logq.exp()
-    kl = (p * (p.clamp_min(1e-300).log() - logq)).sum(-1)
-    if loss_type == "kl":
-        return kl
-    if loss_type == "lk_greedy":
-        if greedy_token == -1:
-            lk = torch.zeros_like(kl)
-        else:
-            token = p.argmax(-1, keepdim=True) if greedy_token is None else torch.tensor([greedy_token])
-            lk = -logq.gather(-1, token).squeeze(-1)
-    else:
-        alpha = torch.minimum(p, q).sum(-1)
-        if loss_type == "lk_alpha":
-            lk = -alpha.clamp_min(1e-6).log()
-        else:
-            lam = torch.exp(-eta * alpha).detach()
-            lk = lam * kl + (1 - lam) * (1 - alpha)
-    return (1 - kl_weight) * lk + kl_weight * kl
+from ..testing_utils import naive_objective
 
 
 def naive_loss(loss_type, hidden, teacher_hidden, valid, head_w, teacher_w, weights, **kwargs):

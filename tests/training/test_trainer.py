@@ -16,8 +16,7 @@ from slimspec_hf.training.config import SlimSpecConfig
 from slimspec_hf.training.head_init import activation_aware_factors
 from slimspec_hf.training.trainer import SlimSpecTrainer, SlimSpecTTTModel, emulated_bf16_warning
 
-from ..conftest import make_tiny_drafter, make_tiny_target
-from .test_lk_losses import naive_objective
+from ..testing_utils import make_tiny_drafter, make_tiny_target, naive_ttt_loss, tiny_args, tiny_rows
 
 
 @pytest.fixture(autouse=True)
@@ -35,41 +34,6 @@ def peaked_target(seed=0):
     with torch.no_grad():
         target.lm_head.weight.mul_(12.0)
     return target
-
-
-def tiny_rows(num=24, seed=0, vocab=128):
-    import datasets
-
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(num):
-        n = int(torch.randint(14, 30, (1,), generator=g))
-        ids = torch.randint(0, vocab, (n,), generator=g).tolist()
-        rows.append({"input_ids": ids, "loss_mask": [0] * 4 + [1] * (n - 4)})
-    return datasets.Dataset.from_list(rows)
-
-
-def tiny_args(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        max_steps=30,
-        per_device_train_batch_size=4,
-        learning_rate=5e-3,
-        lr_scheduler_type="constant",
-        logging_steps=10,
-        report_to="none",
-        save_strategy="no",
-        ttt_steps=3,
-        target_layer_ids=[1, 3, 5],
-        use_cpu=True,
-        kl_chunk_size=16,
-        feature_cache_dir=str(tmp_path / "cache"),
-        max_grad_norm=1.0,
-        disable_tqdm=True,
-        seed=0,
-    )
-    values.update(overrides)
-    return SlimSpecConfig(**values)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -118,87 +82,6 @@ def test_ttt_unroll_matches_inference_drafting():
                 )
                 state = out.hidden_states
                 torch.testing.assert_close(state[0, 0], states[k][0, t], msg=f"step {k} position {t}")
-
-
-class GrowingCache:
-    """`SlimSpecDrafterCache`'s interface, growing by concatenation instead of writing into a preallocated buffer, so
-    that autograd runs through the drafter's cached forwards (the gradients of `naive_ttt_loss`)."""
-
-    def __init__(self):
-        self.keys = self.values = None
-
-    def get_seq_length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
-
-    def update(self, keys, values):
-        if self.keys is not None:
-            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
-        self.keys, self.values = keys, values
-        return keys, values
-
-
-def naive_ttt_loss(
-    drafter, teacher_logits, ids, attention_mask, loss_mask, features, steps, decay, top_k=0, top_w=0.0, lk=None
-):
-    """The trainer's loss written the way decoding drafts: one row, one position, one step at a time.
-
-    Per real position t of a row (padding dropped, positions counted from its first real token): the drafter's cached
-    forward over the prefix (the target's features at 0..t, tokens x_1..x_{t+1}: `DrafterState.commit`), then steps
-    k = 1.. each fed the previous step's own state, the token x_{t+k+1} and RoPE position t + k (`TreeDrafter.forward`
-    on a chain). Step k's logits predict x_{t+k+2}: its teacher is `teacher_logits` (B, T, V) at t + k + 1, counted
-    where x_{t+k+2} is an assistant token. KL(p ‖ q) over the tokens the drafter can draft (all of them, or a trimmed
-    head's K), plus `top_w` · (−Σ_{top_k of p} p log q), or the LK loss `lk` (`loss_type`, `lk_kl_weight`, `lk_eta`;
-    `naive_objective`); per step the mean over its rows, weighted `decay**k`.
-    Returns (loss, per-step KL, per-step top-1 agreement count, per-step row count)."""
-    kl_rows, objective_rows, correct = [[] for _ in range(steps)], [[] for _ in range(steps)], [0] * steps
-    for b in range(ids.shape[0]):
-        real = attention_mask[b].bool()
-        row_ids, row_features, row_teacher, row_label = (
-            ids[b, real],
-            features[b, real],
-            teacher_logits[b, real],
-            loss_mask[b, real],
-        )
-        n = row_ids.shape[0]
-        for t in range(n - 2):
-            cache = GrowingCache()
-            out = drafter(
-                input_ids=row_ids[None, 1 : t + 2],
-                target_features=row_features[None, : t + 1],
-                position_ids=torch.arange(t + 1)[None],
-                cache=cache,
-                use_cache=True,
-            )
-            logits, state = out.logits[0, -1], out.hidden_states[:, -1:]
-            for k in range(steps):
-                s = t + k + 1  # the teacher's position
-                if s + 1 >= n:
-                    break
-                if k:
-                    out = drafter(
-                        input_ids=row_ids[None, s : s + 1],  # x_{t+k+1}
-                        hidden_states=state,
-                        position_ids=torch.tensor([[t + k]]),
-                        cache=cache,
-                        use_cache=True,
-                    )
-                    logits, state = out.logits[0, -1], out.hidden_states
-                if not row_label[s + 1]:
-                    continue
-                kept = torch.isfinite(logits)  # a trimmed head scores only its K tokens
-                p = torch.softmax(row_teacher[s][kept].double(), -1)
-                logq = torch.log_softmax(logits[kept].double(), -1)
-                kl = (p * (p.log() - logq)).sum()
-                top_p, top_ids = p.topk(top_k) if top_k else (p[:0], torch.zeros(0, dtype=torch.long))
-                kl_rows[k].append(kl)
-                kept_ids = kept.nonzero().flatten()  # the target's greedy token among the draftable ones
-                greedy = (kept_ids == row_teacher[s].argmax()).nonzero().flatten().tolist() or [-1]
-                row_objective = kl if lk is None else naive_objective(lk[0], p, logq, *lk[1:], greedy_token=greedy[0])
-                objective_rows[k].append(row_objective - top_w * (top_p * logq[top_ids]).sum())
-                correct[k] += int(logits.argmax() == row_teacher[s].argmax())
-    loss = sum(decay**k * torch.stack(objective_rows[k]).mean() for k in range(steps) if objective_rows[k])
-    step_kl = torch.stack([torch.stack(r).mean() if r else torch.zeros((), dtype=torch.float64) for r in kl_rows])
-    return loss, step_kl, correct, [len(r) for r in kl_rows]
 
 
 def padded_batch(seed=0, vocab=128, width=96):

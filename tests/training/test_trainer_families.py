@@ -1,4 +1,4 @@
-"""SlimSpecTrainer on every target family of `tests/families.py`: one training step trains the drafter and only the
+"""SlimSpecTrainer on every target family of `testing_utils.FAMILIES`: one training step trains the drafter and only the
 drafter, its loss is the position-by-position drafting reference on the target's own forward and goes down, and what
 it distills from (fused features, teacher logits) is the target's own forward."""
 
@@ -8,8 +8,7 @@ import torch
 from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
 from slimspec_hf.training.trainer import SlimSpecTrainer
 
-from ..families import FAMILIES, WINDOW, make_family_target
-from .test_trainer import naive_ttt_loss, tiny_args, tiny_rows
+from ..testing_utils import FAMILIES, WINDOW, make_family_target, naive_ttt_loss, tiny_args, tiny_rows
 
 
 LAYER_IDS = [1, 3, 5]
