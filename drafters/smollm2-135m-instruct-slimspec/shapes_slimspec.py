@@ -440,7 +440,8 @@ class RoundTimer:
         for tree, walked in zip(trees, accepted):
             record_depths(self.tuner.acceptance, tree, walked.path, walked.token, sampled)
         width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
-        levels = max((tree.depths[n] for tree in trees if tree.source == "drafter" for n in tree.kept), default=0)
+        drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round
+        levels = self.shape.depth if drafted else 0
         steps = [(self.shape.top_k, (self.drafted - self.started) / max(levels, 1))] * levels
         mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
         self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width)
