@@ -10,6 +10,7 @@ from slimspec_hf.evaluation.benchmark import (
     acceptance_cost_points,
     aggregate,
     load_questions,
+    render_markdown,
     report_category,
 )
 from slimspec_hf.evaluation.cost_model import speedup
@@ -257,19 +258,51 @@ def test_draft_tree_rows_sit_beside_the_chain_rows_and_stay_lossless(tmp_path):
         max_new_tokens=10,
         draft_lookup=True,
         draft_trees=((4, 2, 2),),
+        draft_shapes=("auto",),
         context_length=8,
         timing_repeats=1,
         progress=False,
     )
     report = run_benchmark(target, make_char_tokenizer(), {"low": drafter}, questions, settings)
     assert report["config"]["draft_trees"] == [[4, 2, 2]]
-    assert report["config"]["systems"] == ["target", "low+lookup", "low", "low+tree4/2/2", "low+tree4/2/2+lookup"]
+    assert report["config"]["systems"] == [
+        "target",
+        "low+lookup",
+        "low",
+        "low+tree4/2/2",
+        "low+tree4/2/2+lookup",
+        "low@auto",
+    ]
     by_question = {}
     for r in report["records"]:
         by_question.setdefault(r["question_id"], set()).add(r["new_tokens"])
     assert all(len(v) == 1 for v in by_question.values()), by_question
     overall = {r["system"]: r for r in report["results"] if r["category"] == OVERALL}
     assert overall["low+tree4/2/2"]["tau"] >= 1.0
+    assert overall["low@auto"]["shapes"] and not overall["low"]["shapes"]
+    assert (
+        f'Shapes chosen (`draft_shape="auto"`, each call\'s last round): low@auto: {overall["low@auto"]["shapes"]}'
+        in (render_markdown(report))
+    )
+
+
+def test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen():
+    """`--draft-shape auto fixed`: rows NAME@auto and NAME@fixed pass `draft_shape` (nothing else changes), and
+    the table names the shapes auto calls ended with, most frequent first."""
+    from slimspec_hf.commands.bench import build_parser
+    from slimspec_hf.evaluation.systems import build_systems, chosen_shapes
+
+    drafter = object()
+    systems = build_systems({"low": drafter}, draft_shapes=("auto", "fixed"))
+    assert [s.name for s in systems] == ["target", "low", "low@auto", "low@fixed"]
+    assert systems[2].generate_kwargs == {"assistant_model": drafter, "draft_shape": "auto"}
+    assert systems[3].base == "low" and systems[3].generate_kwargs["draft_shape"] == "fixed"
+    calls = [{"draft_shape": {"shape": "chain 3"}}, None, {"rounds": 4}, {"draft_shape": {"shape": "plain"}}]
+    calls.append({"draft_shape": {"shape": "plain"}})
+    assert chosen_shapes(calls) == "plain ×2, chain 3 ×1" and chosen_shapes([None, {}]) == ""
+    assert build_parser().parse_args(["--draft-shape", "auto", "fixed"]).draft_shape == ["auto", "fixed"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--draft-shape", "big"])
 
 
 def test_draft_tree_flag_parses_shapes_and_refuses_others(capsys):
@@ -311,18 +344,24 @@ def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):
         str(_questions_file(tmp_path / "q.jsonl")),
     ]
     argv += ["--batch-sizes", "1", "2", "--temperatures", "0", "0.8", "--top-p", "0.9", "--draft-tree", "4/2/2"]
+    argv += ["--draft-shape", "auto", "fixed"]
     argv += ["--max-new-tokens", "6", "--dtype", "float32", "--output-dir", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "temperatures 0, 0.8, sampled with top-p 0.9 (no top-k)" in printed
-    assert "| T | B | system | tok/s | vs plain batched generate() | τ | identical batches |" in printed
+    assert "| T | B | system | tok/s | vs plain batched generate() | τ | identical batches | shapes chosen" in printed
     sweep = json.loads((out / "batch_sweep.json").read_text())
     assert sweep["config"]["top_p"] == 0.9 and sweep["config"]["temperatures"] == [0.0, 0.8]
     summary = {(r["temperature"], r["batch_size"], r["system"]): r for r in sweep["summary"]}
-    assert set(summary) == {(t, b, s) for t in (0.0, 0.8) for b in (1, 2) for s in ("target", "low", "low+tree4/2/2")}
+    names = ("target", "low", "low+tree4/2/2", "low@auto", "low@fixed")
+    assert set(summary) == {(t, b, s) for t in (0.0, 0.8) for b in (1, 2) for s in names}
     assert summary[0.0, 2, "low"]["identical"] == "2/2" and summary[0.0, 1, "low+tree4/2/2"]["identical"] == "5/5"
+    assert summary[0.0, 2, "low@auto"]["identical"] == "2/2" and summary[0.0, 1, "low@auto"]["identical"] == "5/5"
     assert summary[0.8, 2, "low"]["identical"] is None and summary[0.8, 2, "target"]["speedup"] == pytest.approx(1.0)
-    assert len(sweep["rows"]) == 2 * (5 + 2) * 3  # temperatures × (batches of 1 + batches of 2) × systems
+    # every auto batch names the shape it ended with; fixed rows choose none
+    assert all(r["shape"] for r in sweep["rows"] if r["system"] == "low@auto")
+    assert summary[0.0, 1, "low@auto"]["shapes"] and not summary[0.0, 1, "low@fixed"]["shapes"]
+    assert len(sweep["rows"]) == 2 * (5 + 2) * len(names)  # temperatures × (batches of 1 + batches of 2) × systems
 
 
 def test_merged_drafters_multiply_out_low_rank_heads_only():

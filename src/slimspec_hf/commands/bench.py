@@ -119,6 +119,15 @@ def add_row_arguments(p: argparse.ArgumentParser) -> None:
         help="also run each drafter drafting a dynamic tree of this shape, e.g. 16/4/4 (row NAME+tree16/4/4; with "
         "--draft-lookup also NAME+tree16/4/4+lookup); repeatable",
     )
+    p.add_argument(
+        "--draft-shape",
+        nargs="+",
+        choices=("auto", "fixed"),
+        default=[],
+        metavar="SHAPE",
+        help="also run each drafter with draft_shape=SHAPE (row NAME@SHAPE): auto (chosen from this machine's "
+        "measured costs; the table names the shapes chosen) or fixed (the drafter's own settings)",
+    )
 
 
 def add_question_arguments(p: argparse.ArgumentParser) -> None:
@@ -158,6 +167,7 @@ def batch_sweep(args, target, tokenizer, drafters: dict, questions: list[dict]) 
         confidence_thresholds=tuple(args.confidence_threshold),
         draft_lookup=args.draft_lookup,
         draft_trees=tuple(args.draft_tree),
+        draft_shapes=tuple(args.draft_shape),
     )
     sweep = run_batch_sweep(
         target,
@@ -237,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         len(questions),
         1
         + (len(drafters) + merged)
-        * (1 + len(args.confidence_threshold) + (1 + len(args.draft_tree)) * (1 + args.draft_lookup) - 1)
+        * (
+            len(args.confidence_threshold)
+            + len(args.draft_shape)
+            + (1 + len(args.draft_tree)) * (1 + args.draft_lookup)
+        )
         + bool(args.prompt_lookup),
         len(args.temperatures),
         args.repeats,
@@ -253,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         confidence_thresholds=tuple(args.confidence_threshold),
         draft_lookup=args.draft_lookup,
         draft_trees=tuple(args.draft_tree),
+        draft_shapes=tuple(args.draft_shape),
         merged_head=args.merged_head,
         reference=args.reference,
         context_length=args.context_length,

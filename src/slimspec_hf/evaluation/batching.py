@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from .metrics import acceptance_length
+from .systems import chosen_shapes
 from .timing import Timer, encode_prompt, sampling_kwargs
 
 
@@ -129,6 +130,7 @@ def _timed_batch(target, inputs: dict, kwargs: dict, eos_ids: set[int]) -> tuple
         "seconds": timer.seconds,
         "rounds": stats.rounds if stats is not None else 0,
         "accepted_tokens": stats.accepted_tokens if stats is not None else 0,
+        "shape": (stats.draft_shape.get("shape") or "") if stats is not None else "",
     }
 
 
@@ -136,8 +138,10 @@ def summarize(sweep: dict) -> list[dict]:
     """Per temperature, batch size and system: tokens/s over all its batches, the ratio to plain batched
     `generate()` on the same batches, and τ pooled over all rounds of all rows (None where nothing was drafted)."""
     totals: dict[tuple[float, int, str], list[float]] = {}
+    shapes: dict[tuple[float, int, str], list[dict]] = {}
     for row in sweep["rows"]:
         key = (row["temperature"], row["batch_size"], row["system"])
+        shapes.setdefault(key, []).append({"draft_shape": {"shape": row.get("shape")}})
         tokens, seconds, rounds, accepted = totals.get(key, [0, 0.0, 0, 0])
         totals[key] = [
             tokens + row["new_tokens"],
@@ -160,6 +164,7 @@ def summarize(sweep: dict) -> list[dict]:
                 "speedup": rate / base,
                 "tau": tau,
                 "identical": None if identical is None else f"{identical[0]}/{identical[1]}",
+                "shapes": chosen_shapes(shapes[(temperature, size, name)]),
             }
         )
     return summary
@@ -171,14 +176,15 @@ def render_sweep(summary: list[dict], header: str) -> str:
     lines = [
         header,
         "",
-        "| T | B | system | tok/s | vs plain batched generate() | τ | identical batches |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "| T | B | system | tok/s | vs plain batched generate() | τ | identical batches | shapes chosen (auto) |",
+        "|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for row in summary:
         tau = f"{row['tau']:.2f}" if row["tau"] is not None else "–"
         lines.append(
             f"| {row['temperature']:g} | {row['batch_size']} | {row['system']} | "
-            f"{row['tokens_per_second']:.1f} | {row['speedup']:.2f}× | {tau} | {row['identical'] or '–'} |"
+            f"{row['tokens_per_second']:.1f} | {row['speedup']:.2f}× | {tau} | {row['identical'] or '–'} | "
+            f"{row.get('shapes') or '–'} |"
         )
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ from ..utils import atomic_write
 from . import cost_model
 from .metrics import acceptance_length, measure_round_costs, model_index_entry, rho_tau
 from .metrics import kappa as metrics_kappa
-from .systems import System, add_merged_drafters, build_systems, head_label
+from .systems import System, add_merged_drafters, build_systems, chosen_shapes, head_label
 from .timing import encode_prompt, sampling_kwargs, timed_generate
 
 
@@ -138,6 +138,7 @@ class BenchmarkSettings:
     confidence_thresholds: tuple[float, ...] = ()
     draft_lookup: bool = False
     draft_trees: tuple[tuple[int, int, int], ...] = ()
+    draft_shapes: tuple[str, ...] = ()  # also each drafter at these `draft_shape`s, rows NAME@SHAPE
     merged_head: bool = False  # also each low-rank drafter NAME merged into a dense head, as NAME-merged
     reference: str | None = None  # the drafter ρτ and ν are relative to; None: the first trained full head, else
     # the first merged one
@@ -167,6 +168,7 @@ def run_benchmark(
         settings.confidence_thresholds,
         settings.draft_lookup,
         tuple(settings.draft_trees),
+        tuple(settings.draft_shapes),
     )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [encode_prompt(tokenizer, q["prompt"]) for q in questions]
@@ -306,6 +308,7 @@ def _benchmark_config(
         "confidence_thresholds": list(settings.confidence_thresholds),
         "draft_lookup": settings.draft_lookup,
         "draft_trees": [list(tree) for tree in settings.draft_trees],
+        "draft_shapes": list(settings.draft_shapes),
         "prompt_lookup_num_tokens": settings.prompt_lookup,
         "reference": reference,
         "device": str(target.device),
@@ -358,6 +361,7 @@ def aggregate(records: list[dict], systems: list[str], temperatures, reference: 
                     "time_s": seconds,
                     "tokens_per_s": tokens / seconds if seconds > 0 else None,
                     "tau": tau,
+                    "shapes": chosen_shapes(all_stats),
                 }
             base = per_system["target"]["tokens_per_s"]
             ref = per_system.get(reference) if reference else None
@@ -488,6 +492,13 @@ def _markdown_category_table(rows: list[dict], systems: list[str]) -> list[str]:
         name = f"**{category}**" if category == OVERALL else category
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
+    chosen = [(r["system"], r["shapes"]) for r in rows if r["category"] == OVERALL and r.get("shapes")]
+    if chosen:  # draft_shape="auto": what each call ended with on this machine
+        lines += [
+            'Shapes chosen (`draft_shape="auto"`, each call\'s last round): '
+            + "; ".join(f"{s}: {shapes}" for s, shapes in chosen),
+            "",
+        ]
     return lines
 
 

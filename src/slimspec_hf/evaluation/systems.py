@@ -70,6 +70,7 @@ def build_systems(
     confidence_thresholds: tuple[float, ...] = (),
     draft_lookup: bool = False,
     draft_trees: tuple[tuple[int, int, int], ...] = (),
+    draft_shapes: tuple[str, ...] = (),
 ) -> list[System]:
     """The target alone, each drafter (and, per confidence threshold, the same drafter stopping its rounds early
     at the first drafted token it gives less than that probability), and optionally prompt lookup.
@@ -79,7 +80,9 @@ def build_systems(
     `draft_trees`: (size, depth, top_k) of dynamic draft trees, each drafter once per tree (row NAME+treeS/D/K),
     and with `draft_lookup` also hybrid (row NAME+treeS/D/K+lookup). With either, the rows NAME and NAME+lookup
     are chains (`draft_tree_size=0`) even where the drafter's generation_config drafts a tree by default: a row
-    is what its name says, whatever the folder's defaults."""
+    is what its name says, whatever the folder's defaults.
+    `draft_shapes`: each drafter once per `draft_shape` ("auto": chosen on this machine, "fixed": the drafter's
+    shipped settings), row NAME@SHAPE, side by side with the rows above."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
@@ -97,6 +100,8 @@ def build_systems(
             systems.append(System(label, "drafter", drafter, tree, base=name))
             if draft_lookup:
                 systems.append(System(f"{label}+lookup", "drafter", drafter, dict(tree, draft_lookup=True), base=name))
+        for shape in draft_shapes:
+            systems.append(System(f"{name}@{shape}", "drafter", drafter, dict(kwargs, draft_shape=shape), base=name))
         for threshold in confidence_thresholds:
             variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
             systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant, base=name))
@@ -107,4 +112,15 @@ def build_systems(
     return systems
 
 
-__all__ = ["System", "build_systems", "add_merged_drafters", "head_label"]
+def chosen_shapes(stats: list[dict | None]) -> str:
+    """The shapes `draft_shape="auto"` ended its calls with, most frequent first ("plain ×7, chain 3 ×1"), from
+    the calls' statistics (`as_dict()`); "" where no call chose one (a fixed shape)."""
+    counts: dict[str, int] = {}
+    for entry in stats:
+        shape = ((entry or {}).get("draft_shape") or {}).get("shape")
+        if shape:
+            counts[shape] = counts.get(shape, 0) + 1
+    return ", ".join(f"{shape} ×{n}" for shape, n in sorted(counts.items(), key=lambda item: -item[1]))
+
+
+__all__ = ["System", "add_merged_drafters", "build_systems", "chosen_shapes", "head_label"]
