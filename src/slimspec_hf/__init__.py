@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from .cache_slimspec import SlimSpecDrafterCache
 from .configuration_slimspec import HEAD_TYPES, SlimSpecDrafterConfig
-from .decoding_slimspec import SlimSpecGenerationStats, slimspec_generate
+from .decoding_slimspec import slimspec_generate
 from .drafting_slimspec import DraftSettings
 from .generation_slimspec import install_generation_hook
 from .modeling_slimspec import (
@@ -26,6 +26,7 @@ from .modeling_slimspec import (
     TrimmedHead,
     low_rank_factors,
 )
+from .stats_slimspec import SlimSpecGenerationStats
 from .targets import (
     EMBEDDED_TARGET_NAME,
     load_embedded_drafter,

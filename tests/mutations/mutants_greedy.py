@@ -17,6 +17,7 @@ BATCH_LIVE = f"{BAT}::test_batched_greedy_with_eos_inside_a_round_and_the_length
 
 VER = "verification_slimspec.py"
 DECODING = "decoding_slimspec.py"
+STATS = "stats_slimspec.py"
 DRAFTING = "drafting_slimspec.py"
 
 MUTANTS = [
@@ -269,7 +270,7 @@ MUTANTS = [
     ),
     Mutant(
         name="statistics: one drafter serving several threads keeps one last_generation_stats for all of them",
-        edits=(Edit(DECODING, "_CALLS = threading.local()", "_CALLS = type('Shared', (), {})()"),),
+        edits=(Edit(STATS, "_CALLS = threading.local()", "_CALLS = type('Shared', (), {})()"),),
         tests=(f"{GEN}::test_one_drafter_serving_several_threads_gives_each_call_its_own_statistics",),
     ),
     Mutant(
