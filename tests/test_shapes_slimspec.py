@@ -18,7 +18,7 @@ from slimspec_hf.shapes_slimspec import (
     tokens_by_size,
 )
 
-from .testing_utils import make_tiny_drafter
+from .testing_utils import make_tiny_drafter, make_tiny_target
 
 
 def observed(rank_probabilities, depths=8, rounds=10_000, max_rank=8):
@@ -62,6 +62,27 @@ def test_acceptance_counts_outweigh_the_prior_and_grow_with_the_rank():
     values = [fresh.coverage(1, m) for m in range(5)]
     assert values == sorted(values) and values[0] == 0.0 and values[-1] < 1.0
     assert DepthAcceptance.from_dict(acceptance.as_dict()).counts == acceptance.counts
+
+
+def test_a_drafter_starts_from_the_acceptance_its_generation_config_stores():
+    """`draft_acceptance` (what `slimspec bench --save-acceptance` writes): the first auto call of a process starts
+    from it, scaled to at most `STORED_ROUNDS` rounds per depth so that the call's own rounds soon outweigh it; a
+    drafter without it starts from the prior; a malformed one is refused in one line naming it."""
+    from slimspec_hf import shapes_slimspec
+
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target)
+    stored = {"max_rank": 2, "counts": [[900.0, 50.0, 50.0], [10.0, 0.0, 30.0]]}
+    drafter.generation_config.draft_acceptance = {"greedy": stored}
+    greedy, sampled = shapes_slimspec.depth_acceptance(drafter, False), shapes_slimspec.depth_acceptance(drafter, True)
+    assert greedy.observed(1) == pytest.approx(shapes_slimspec.STORED_ROUNDS) and greedy.observed(2) == 40.0
+    assert greedy.counts[0][0] / greedy.observed(1) == pytest.approx(0.9)  # the stored shape, less weight
+    assert sampled.draws and sampled.observed(1) == 0  # no sampled measurement stored: the prior
+    assert shapes_slimspec.measured_acceptance(drafter) == {"greedy": greedy.as_dict()}
+    other = make_tiny_drafter(target)
+    other.generation_config.draft_acceptance = {"sampled": {"max_rank": 2, "counts": [[1.0, 2.0]]}}
+    with pytest.raises(ValueError, match=r"^`draft_acceptance`: expected .*slimspec bench --save-acceptance"):
+        shapes_slimspec.depth_acceptance(other, True)
 
 
 def test_a_flat_verification_curve_picks_a_large_tree():

@@ -114,12 +114,24 @@ class DepthAcceptance:
         return hits / (sum(row) + self.prior_weight * 1.0)
 
     def as_dict(self) -> dict:
-        return {"max_rank": self.max_rank, "counts": [list(map(float, row)) for row in self.counts]}
+        return {"max_rank": self.max_rank, "counts": [[round(c, 2) for c in row] for row in self.counts]}
 
     @classmethod
-    def from_dict(cls, values: dict, **kwargs) -> "DepthAcceptance":
-        counts = [list(map(float, row)) for row in values["counts"]]
-        return cls(max_rank=int(values["max_rank"]), max_depth=len(counts), counts=counts, **kwargs)
+    def from_dict(cls, values, weight: float | None = None, **kwargs) -> "DepthAcceptance":
+        """From `as_dict()`'s form; with `weight`, each depth's counts scaled down to at most that many rounds (a
+        stored measurement that the running call's own rounds soon outweigh)."""
+        try:
+            max_rank, counts = int(values["max_rank"]), [[float(c) for c in row] for row in values["counts"]]
+            if max_rank < 1 or not counts or any(len(row) != max_rank + 1 or min(row) < 0 for row in counts):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"`draft_acceptance`: expected {{'max_rank': m, 'counts': [[m + 1 counts >= 0] per depth]}}, got "
+                f"{str(values)[:80]}; measure it again (`slimspec bench --save-acceptance`) or remove it."
+            ) from None
+        if weight is not None:
+            counts = [[c * min(1.0, weight / sum(row)) if sum(row) else c for c in row] for row in counts]
+        return cls(max_rank=max_rank, max_depth=len(counts), counts=counts, **kwargs)
 
 
 def tokens_by_size(acceptance: DepthAcceptance, depth: int, top_k: int, max_size: int) -> list[float]:
@@ -373,6 +385,8 @@ class ShapeTuner:
 # drafter's per-depth acceptance (greedy and sampled apart). Weak keys: a model's entries go with the model.
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _ACCEPTANCE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # the keys of `draft_acceptance`
+STORED_ROUNDS = 64.0  # what a stored measurement is worth, in rounds per depth
 
 
 def cost_log(target, batch_size: int) -> CostLog:
@@ -382,9 +396,26 @@ def cost_log(target, batch_size: int) -> CostLog:
 
 
 def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
-    """The per-depth acceptance measured for `drafter` (greedy or sampled)."""
+    """The per-depth acceptance measured for `drafter` (greedy or sampled), starting from what its generation config
+    stores (`draft_acceptance`, written by `slimspec bench --save-acceptance`; worth at most `STORED_ROUNDS` rounds
+    per depth), else from the prior."""
     per_mode = _ACCEPTANCE.setdefault(drafter, {})
-    return per_mode.setdefault(sampled, DepthAcceptance(draws=sampled))
+    if sampled not in per_mode:
+        stored = getattr(getattr(drafter, "generation_config", None), "draft_acceptance", None) or {}
+        mode = ACCEPTANCE_MODES[sampled]
+        per_mode[sampled] = (
+            DepthAcceptance.from_dict(stored[mode], weight=STORED_ROUNDS, draws=sampled)
+            if stored.get(mode)
+            else DepthAcceptance(draws=sampled)
+        )
+    return per_mode[sampled]
+
+
+def measured_acceptance(drafter) -> dict:
+    """What `draft_acceptance` stores: the per-depth acceptance this process holds for `drafter`, per mode it
+    counted rounds in ({"greedy": ..., "sampled": ...})."""
+    per_mode = _ACCEPTANCE.get(drafter, {})
+    return {ACCEPTANCE_MODES[s]: a.as_dict() for s, a in sorted(per_mode.items()) if a.observed(1) > 0}
 
 
 def plain_is_chosen(target, batch_size: int, sampled: bool, recheck_every: int = 8) -> bool:
@@ -484,6 +515,7 @@ __all__ = [
     "round_timer",
     "cost_log",
     "depth_acceptance",
+    "measured_acceptance",
     "plain_is_chosen",
     "RoundTimer",
     "record_depths",

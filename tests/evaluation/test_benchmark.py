@@ -344,7 +344,7 @@ def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):
         str(_questions_file(tmp_path / "q.jsonl")),
     ]
     argv += ["--batch-sizes", "1", "2", "--temperatures", "0", "0.8", "--top-p", "0.9", "--draft-tree", "4/2/2"]
-    argv += ["--draft-shape", "auto", "fixed"]
+    argv += ["--draft-shape", "auto", "fixed", "--save-acceptance"]
     argv += ["--max-new-tokens", "6", "--dtype", "float32", "--output-dir", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -362,6 +362,17 @@ def test_bench_batch_sizes_end_to_end_on_tiny_target(tmp_path, capsys):
     assert all(r["shape"] for r in sweep["rows"] if r["system"] == "low@auto")
     assert summary[0.0, 1, "low@auto"]["shapes"] and not summary[0.0, 1, "low@fixed"]["shapes"]
     assert len(sweep["rows"]) == 2 * (5 + 2) * len(names)  # temperatures × (batches of 1 + batches of 2) × systems
+    # --save-acceptance: the auto rows' per-depth counts, in the folder's generation config, read back on load
+    from transformers import AutoModelForCausalLM
+
+    stored = json.loads((low_dir / "generation_config.json").read_text())["draft_acceptance"]
+    assert set(stored) == {"greedy", "sampled"} and sum(stored["greedy"]["counts"][0]) > 0
+    reloaded = AutoModelForCausalLM.from_pretrained(low_dir)
+    assert reloaded.generation_config.draft_acceptance == stored
+    from slimspec_hf.commands.common import CommandError
+
+    with pytest.raises(CommandError, match=r"`--save-acceptance` writes into local drafter folders; got \['org/re"):
+        main(argv[:2] + ["--drafter", "org/remote", "--save-acceptance"])
 
 
 def test_merged_drafters_multiply_out_low_rank_heads_only():

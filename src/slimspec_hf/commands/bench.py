@@ -5,6 +5,7 @@ Greedy and sampled runs (`--temperatures`, `--top-p`) one question at a time aga
 `--batch-sizes`, batches of questions against plain batched `generate()`."""
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
@@ -128,6 +129,12 @@ def add_row_arguments(p: argparse.ArgumentParser) -> None:
         help="also run each drafter with draft_shape=SHAPE (row NAME@SHAPE): auto (chosen from this machine's "
         "measured costs; the table names the shapes chosen) or fixed (the drafter's own settings)",
     )
+    p.add_argument(
+        "--save-acceptance",
+        action="store_true",
+        help="write each drafter's per-depth acceptance, as its draft_shape=auto rounds counted it, into the "
+        "drafter folder's generation_config.json (draft_acceptance): later auto calls start from it",
+    )
 
 
 def add_question_arguments(p: argparse.ArgumentParser) -> None:
@@ -202,6 +209,13 @@ def _check_arguments(args) -> None:
         raise CommandError(f"`--name`: got {len(args.name)} for {len(args.drafter)} --drafter; give one per drafter.")
     if not 0.0 < args.top_p <= 1.0:
         raise CommandError(f"`--top-p` must be in (0, 1], got {args.top_p}.")
+    if args.save_acceptance:
+        remote = [path for path in args.drafter if not Path(path).is_dir()]
+        if remote or not args.drafter:
+            raise CommandError(
+                f"`--save-acceptance` writes into local drafter folders; got {remote or 'no --drafter'}: download "
+                "the drafter (`hf download`) and pass its folder."
+            )
     if args.batch_sizes is None:
         return
     if min(args.batch_sizes) < 1 or not args.drafter:
@@ -238,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{name}-{i}"
         drafters[name] = drafter
     if args.batch_sizes is not None:
-        if args.merged_head:  # batched rows have no reference: the merged rows sit beside the others
-            drafters, _ = add_merged_drafters(drafters)
-        return batch_sweep(args, target, tokenizer, drafters, questions)
+        batched = add_merged_drafters(drafters)[0] if args.merged_head else drafters  # no reference in batches
+        code = batch_sweep(args, target, tokenizer, batched, questions)
+        save_acceptance(args, drafters)
+        return code
     merged = sum(d.config.head_type == "low_rank" for d in drafters.values()) if args.merged_head else 0
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
@@ -280,4 +295,25 @@ def main(argv: list[str] | None = None) -> int:
     for path in write_outputs(report, args.output_dir):
         logger.info("wrote %s", path)
     print(render_markdown(report))
+    save_acceptance(args, drafters)
     return 0
+
+
+def save_acceptance(args, drafters: dict) -> None:
+    """`--save-acceptance`: each drafter's per-depth acceptance counted by this run's `draft_shape="auto"` rounds,
+    into its folder's generation_config.json (`draft_acceptance`, per mode counted; the other mode kept)."""
+    if not args.save_acceptance:
+        return
+    from ..shapes_slimspec import measured_acceptance
+    from ..utils import atomic_write_json
+
+    for path, drafter in zip(args.drafter, drafters.values()):
+        measured = measured_acceptance(drafter)
+        if not measured:
+            logger.info("%s: no draft_shape=auto round drafted; nothing saved", path)
+            continue
+        file = Path(path) / "generation_config.json"
+        stored = json.loads(file.read_text()) if file.is_file() else {}
+        stored["draft_acceptance"] = {**(stored.get("draft_acceptance") or {}), **measured}
+        atomic_write_json(file, stored, indent=2, sort_keys=True)
+        logger.info("%s: saved the per-depth acceptance (%s)", file, ", ".join(measured))
