@@ -260,8 +260,14 @@ def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_win
     assert drafter.last_generation_stats.rounds == 0  # plain generate(): no round of the loop
     assert drafter.last_generation_stats.draft_shape == {"shape": "plain"}
     # a shape the call sets wins over the machine's choice
+    from slimspec_hf.shapes_slimspec import depth_acceptance
+
+    counted = depth_acceptance(drafter, False).observed(1)
     tiny_target.generate(ids, assistant_model=drafter, max_new_tokens=8, do_sample=False, num_assistant_tokens=2)
     assert drafter.last_generation_stats.rounds > 0 and not drafter.last_generation_stats.draft_shape
+    # a fixed shape's rounds count the drafter's per-depth acceptance too: one observation per round that drafted
+    drafted = drafter.last_generation_stats.drafted_per_position[0]
+    assert drafted > 0 and depth_acceptance(drafter, False).observed(1) == counted + drafted
     auto = drafter.generation_config
     assert DraftSettings.resolve(auto, {"draft_tree_size": 8}).draft_shape == "fixed"
     assert (

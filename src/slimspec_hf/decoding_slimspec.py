@@ -27,7 +27,7 @@ from .drafting_slimspec import (
     Proposal,
     TreeDrafter,
 )
-from .shapes_slimspec import plain_is_chosen, round_timer
+from .shapes_slimspec import depth_acceptance, plain_is_chosen, record_depths, round_timer
 from .stats_slimspec import SlimSpecDecoderOnlyOutput, SlimSpecGenerationStats, record_stats
 from .verification_slimspec import (
     TREE_ATTENTION,
@@ -168,9 +168,11 @@ class SpeculativeDecoder:
         self.all_hidden_states = requested and bool(generation_config.output_hidden_states)
         self.captured = True if self.all_hidden_states else captured_hidden_states(self.layer_ids)
         self.cache_name = cache_keyword(target)
-        # `draft_shape="auto"`: each round's shape chosen from what the rounds measure (else None)
+        # `draft_shape="auto"`: each round's shape chosen from what the rounds measure (else None); every call counts
+        # the drafter's per-depth acceptance it chooses from (and `slimspec bench --save-acceptance` stores)
         self.timer = round_timer(settings, target, drafter, self.shape, len(self.seqs), self.do_sample)
-        self.proposer.ranks = self.timer.ranks if self.timer is not None else 0
+        self.acceptance = depth_acceptance(drafter, self.do_sample)
+        self.proposer.ranks = self.acceptance.max_rank
 
     def prefill(self) -> None:
         """The target reads every prompt and picks each row's first token."""
@@ -210,13 +212,14 @@ class SpeculativeDecoder:
         for i, (b, tree) in enumerate(zip(self.active, trees)):
             seq = self.seqs[b]
             acceptance = accept(tree, logits[i], seq, self.processing, self.do_sample)
+            record_depths(self.acceptance, tree, acceptance.path, acceptance.token, self.do_sample)
             new_tokens, keep = self.take(seq, tree, logits[i], acceptance)
             appended.append(self.record(i, tree, row_states(hidden_states, i), acceptance, new_tokens, keep))
             keeps.append(keep)
             accepted.append(acceptance)
         self.slots.commit(self.cache, positions, keeps)
         if self.timer is not None:
-            self.timer.end(trees, accepted, sum(a.shape[1] for a in appended), self.do_sample)
+            self.timer.end(trees, accepted, sum(a.shape[1] for a in appended))
         return appended
 
     def retire(self, stopping_criteria, appended: list[torch.LongTensor], scores=None) -> list[torch.LongTensor]:

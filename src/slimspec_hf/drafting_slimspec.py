@@ -597,7 +597,7 @@ class TreeDrafter:
             q = None
             ranked = logits.topk(min(max(self.shape.top_k, self.ranks), logits.shape[-1]), dim=-1).indices
             tokens = ranked[:, : self.shape.top_k]  # (F, top_k)
-            if self.ranks:  # kept for the per-depth acceptance of `draft_shape="auto"`
+            if self.ranks:  # the ranks of every call's per-depth acceptance (`record_depths`)
                 tree.ranked.update(zip(frontier, ranked.tolist()))
         token_logq = logq.gather(-1, tokens).tolist()
         expandable = []

@@ -446,7 +446,7 @@ class RoundTimer:
 
     def __init__(self, tuner: ShapeTuner, device, tree_shape):
         self.tuner, self.cuda = tuner, getattr(device, "type", str(device)) == "cuda"
-        self.tree_shape, self.ranks = tree_shape, tuner.acceptance.max_rank  # children ranked per greedy node
+        self.tree_shape = tree_shape
         self.shape, self.started, self.drafted = tuner.shape, 0.0, 0.0
         self.tokens, self.seconds = 0, 0.0
 
@@ -464,12 +464,10 @@ class RoundTimer:
     def mark_drafted(self) -> None:
         self.drafted = self.now()
 
-    def end(self, trees: list, accepted: list, tokens: int, sampled: bool) -> None:
-        """Marks the round's end: every row's draft (`trees`) and acceptance walk (`accepted`: `.path`, `.token`),
-        `tokens` appended over all rows. Each row's acceptance by depth goes to the drafter's `DepthAcceptance`."""
+    def end(self, trees: list, accepted: list, tokens: int) -> None:
+        """Marks the round's end: every row's draft (`trees`) and acceptance walk (`accepted`: `.path`), `tokens`
+        appended over all rows (the loop counts each row's acceptance by depth: `record_depths`)."""
         end = self.now()
-        for tree, walked in zip(trees, accepted):
-            record_depths(self.tuner.acceptance, tree, walked.path, walked.token, sampled)
         width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
         drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round
         levels = self.shape.depth if drafted else 0

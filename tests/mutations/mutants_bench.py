@@ -64,4 +64,37 @@ MUTANTS = [
         ),
         tests=(BATCHED_GREEDY,),
     ),
+    Mutant(
+        name="bench: the NAME@auto row runs the drafter's fixed shape",
+        edits=(
+            Edit(
+                "evaluation/systems.py",
+                "dict(kwargs, draft_shape=shape)",
+                'dict(kwargs, draft_shape="fixed")',
+            ),
+        ),
+        tests=(
+            "tests/evaluation/test_benchmark.py::test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen",
+            "tests/evaluation/test_benchmark.py::test_bench_batch_sizes_end_to_end_on_tiny_target",
+        ),
+    ),
+    Mutant(
+        name="bench: the shapes chosen are counted once each, whatever their number",
+        edits=(Edit("evaluation/systems.py", "counts[shape] = counts.get(shape, 0) + 1", "counts[shape] = 1"),),
+        tests=(
+            "tests/evaluation/test_benchmark.py::test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: a stored acceptance keeps its full weight over the call's own rounds",
+        edits=(Edit("shapes_slimspec.py", "        if weight is not None:\n", "        if False:\n"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_a_drafter_starts_from_the_acceptance_its_generation_config_stores",
+        ),
+    ),
+    Mutant(
+        name="bench: --save-acceptance writes nothing",
+        edits=(Edit("commands/bench.py", "    if not args.save_acceptance:\n        return\n", "    return\n"),),
+        tests=("tests/evaluation/test_benchmark.py::test_bench_batch_sizes_end_to_end_on_tiny_target",),
+    ),
 ]
