@@ -210,6 +210,23 @@ def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
     assert tuner.shape.is_plain and all(s.is_plain for s in used[-100:])
 
 
+def test_a_recheck_call_drafts_again_before_it_settles():
+    """A call made although plain decoding won (`plain_is_chosen`'s every 8th) drafts its first rounds with the best
+    other shape, so that a drafter whose acceptance rose is seen; with nothing accepted it settles on plain again."""
+    tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
+    assert tuner.log.plain_chosen[False]
+    again = ShapeTuner(tuner.log, tuner.acceptance, start=DraftShape(4, 1, 4))
+    explored = shape = again.next_shape()  # once per round, as the loop asks
+    assert not explored.is_plain
+    for _ in range(again.every):
+        assert shape == explored
+        again.observe(explored, 0.050 * (explored.size + 1), [(1, 0.005)] * explored.depth, 0.0)
+        shape = again.next_shape()
+    assert shape.is_plain and tuner.log.plain_chosen[False]
+    # a call whose batch size last chose a drafting shape does not explore
+    assert not ShapeTuner(CostLog(batch_size=1), tuner.acceptance, start=DraftShape()).explore
+
+
 # -- `draft_shape="auto"` in the decoding loop --------------------------------------------------------------------
 
 

@@ -327,6 +327,9 @@ class ShapeTuner:
         self.shape, self.rounds = start, 0
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
+        # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
+        # the best other shape, so that the acceptance is measured again before the choice
+        self.explore = log.plain_chosen[acceptance.draws]
 
     @property
     def calibration(self) -> float:
@@ -350,6 +353,11 @@ class ShapeTuner:
                 self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+                if self.explore and self.shape.is_plain:
+                    predicted = self.choice.predictions
+                    drafting = [s for s in candidates if not s.is_plain and str(s) in predicted]
+                    self.shape = max(drafting, key=lambda s: predicted[str(s)], default=self.shape)
+                self.explore = False
         return self.shape
 
     def may_pay(self, probe: DraftShape) -> bool:

@@ -97,4 +97,11 @@ MUTANTS = [
         edits=(Edit("commands/bench.py", "    if not args.save_acceptance:\n        return\n", "    return\n"),),
         tests=("tests/evaluation/test_benchmark.py::test_bench_batch_sizes_end_to_end_on_tiny_target",),
     ),
+    Mutant(
+        name="auto shapes: a recheck call decodes plain rounds without drafting",
+        edits=(
+            Edit("shapes_slimspec.py", "self.explore = log.plain_chosen[acceptance.draws]", "self.explore = False"),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_recheck_call_drafts_again_before_it_settles",),
+    ),
 ]

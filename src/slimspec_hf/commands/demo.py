@@ -100,14 +100,15 @@ def _load_demo_models(args):
     print(
         f"Drafter: {drafter_path} (head {drafter.config.head_type}, r = {drafter.config.head_rank}); its defaults: "
         f"k = {settings.num_assistant_tokens}, draft_lookup = {getattr(settings, 'draft_lookup', False)}, "
-        f"draft_tree = {_tree_text(settings)}"
+        f"draft_tree = {_tree_text(settings)}, draft_shape = {getattr(settings, 'draft_shape', 'fixed')}"
     )
     print(runtime_line(target) + "\n")
     return target, tokenizer, drafter
 
 
 def _time_systems(target, inputs, systems: dict, common: dict, repeats: int) -> dict:
-    """{system: (median tokens/s, mean τ or None, first difference from the target alone)} on one prompt.
+    """{system: (median tokens/s, mean τ or None, first difference from the target alone, the shape
+    `draft_shape="auto"` ended its last run with or "")} on one prompt.
 
     The systems run interleaved, `repeats` times each, so that every system shares the machine's noise.
     """
@@ -116,7 +117,7 @@ def _time_systems(target, inputs, systems: dict, common: dict, repeats: int) -> 
     n_prompt = inputs["input_ids"].shape[1]
     times = {name: [] for name in systems}
     taus = {name: [] for name in systems}
-    outputs = {}
+    outputs, shapes = {}, {}
     for _ in range(repeats):
         for name, kwargs in systems.items():
             with warnings.catch_warnings(), Timer(target.device) as timer:
@@ -126,13 +127,17 @@ def _time_systems(target, inputs, systems: dict, common: dict, repeats: int) -> 
             outputs[name] = new
             times[name].append(len(new) / timer.seconds)
             if "assistant_model" in kwargs:
-                taus[name].append(kwargs["assistant_model"].last_generation_stats.acceptance_length)
+                stats = kwargs["assistant_model"].last_generation_stats
+                if stats.rounds:
+                    taus[name].append(stats.acceptance_length)
+                shapes[name] = stats.draft_shape.get("shape", "")
     reference = outputs["target alone"]
     return {
         name: (
             statistics.median(times[name]),
             statistics.mean(taus[name]) if taus[name] else None,
             _first_difference(outputs[name], reference),
+            shapes.get(name, ""),
         )
         for name in systems
     }
@@ -146,11 +151,13 @@ def _print_results(results: list[dict], systems: dict, args, target) -> None:
     print(
         f"Greedy, {args.max_new_tokens} new tokens, median of {args.repeats} interleaved runs; " + runtime_line(target)
     )
-    print("| prompt | system | tokens/s | speed-up | τ | output vs the target alone |")
-    print("|---|---|---:|---:|---:|---|")
+    print(
+        '| prompt | system | tokens/s | speed-up | τ | shape chosen (`draft_shape="auto"`) | output vs the target alone |'
+    )
+    print("|---|---|---:|---:|---:|---|---|")
     for i, row in enumerate(results, 1):
         base = row["target alone"][0]
-        for name, (tps, tau, diff) in row.items():
+        for name, (tps, tau, diff, shape) in row.items():
             if name == "target alone":
                 same = "—"
             elif diff is None:
@@ -158,7 +165,7 @@ def _print_results(results: list[dict], systems: dict, args, target) -> None:
             else:
                 same = f"DIFFERS from token {diff}" + ("" if exact else " (bf16 rounding, see README)")
             tau_text = f"{tau:.2f}" if tau is not None else ""
-            print(f"| {i} | {name} | {tps:.1f} | {tps / base:.2f}x | {tau_text} | {same} |")
+            print(f"| {i} | {name} | {tps:.1f} | {tps / base:.2f}x | {tau_text} | {shape or '—'} | {same} |")
     print("\nMean speed-up over the target alone:")
     for name in systems:
         if name != "target alone":
