@@ -85,6 +85,45 @@ def test_a_drafter_starts_from_the_acceptance_its_generation_config_stores():
         shapes_slimspec.depth_acceptance(other, True)
 
 
+def test_a_measured_curve_pools_a_slow_round_instead_of_raising_every_wider_width():
+    """Widths measured once each: one slow round at width 2 is pooled with the cheaper width 3 (the curve never
+    decreases), and widths past it keep their own medians; a drafter's first step over many positions (after plain
+    rounds) sits at its own width, not at width 1."""
+    log = CostLog(batch_size=4)
+    for width, seconds in ((1, 0.110), (2, 0.177), (3, 0.133), (4, 0.160), (11, 0.284)):
+        log.add_verify(width, seconds)
+    curve = CostLog.curve(log.verify)
+    assert curve[1] == curve[2] == pytest.approx(0.155) and curve[3] == pytest.approx(0.160)
+    assert list(curve) == sorted(curve) and curve[10] == pytest.approx(0.284) and curve[0] == pytest.approx(0.110)
+    log.add_draft(88, 0.068)
+    log.add_draft(2, 0.013)
+    assert CostLog.curve(log.draft)[0] == pytest.approx(0.013)  # below the cheapest measured width: its value
+
+
+def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
+    """`RoundTimer`: the drafter's first step (over the tokens accepted since it last ran) is logged at that width,
+    each further level at `top_k` nodes, verification at the round's width."""
+    from types import SimpleNamespace
+
+    from slimspec_hf.shapes_slimspec import RoundTimer
+
+    tuner = ShapeTuner(CostLog(batch_size=1), DepthAcceptance(), start=DraftShape(6, 3, 2))
+    tuner.probes.clear()
+    tuner.log.add_verify(1, 0.1)
+    tuner.log.add_draft(1, 0.01)
+    tuner.next_shape = lambda: DraftShape(6, 3, 2)
+    timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
+    clock = iter([0.0, 0.30, 0.34, 0.50])  # start, first step done (40 positions), levels done, verified
+    timer.now = lambda: next(clock)
+    timer.start(0.0)
+    timer.mark_committed(40)
+    timer.mark_drafted()
+    tree = SimpleNamespace(source="drafter", kept=list(range(6)))
+    timer.end([tree], [SimpleNamespace(path=[0])], tokens=2)
+    assert tuner.log.draft[40] == [pytest.approx(0.30)] and tuner.log.draft[2] == [pytest.approx(0.02)] * 2
+    assert tuner.log.verify[7] == [pytest.approx(0.16)]
+
+
 def test_a_flat_verification_curve_picks_a_large_tree():
     # GPU-like: verifying 64 tokens costs what one does; the drafter's step is a tenth of it
     costs = RoundCosts(batch_size=1, verify=tuple([0.010] * 64), draft=tuple([0.001] * 8))

@@ -267,6 +267,8 @@ class SpeculativeDecoder:
         if not drafting:
             return [plan.tree for plan in plans]  # no drafter call: the target features wait in the drafter's state
         root_logits, root_states = self.state.commit(seqs)
+        if self.timer is not None:
+            self.timer.mark_committed(self.state.commit_width)
         trees = self.proposer.draft(seqs, drafting, root_logits, root_states, [plans[i].depth for i in drafting])
         for i, tree in zip(drafting, trees):
             plans[i].tree = self.graft_lookup(seqs[i], tree, root_logits[i], plans[i])

@@ -437,6 +437,7 @@ class DrafterState:
         self.valid = torch.zeros((batch, 0), dtype=torch.bool)
         self.committed = [0] * batch
         self.pending: list[list[torch.Tensor]] = [[] for _ in range(batch)]  # per row: (1, n, 3·d_t) blocks
+        self.commit_width = 0
 
     def add_target_features(self, row: int, hidden_states, rows: torch.LongTensor | None = None) -> None:
         """Stores for batch row `row` the fused features of the accepted `rows` (all when None) of `hidden_states`,
@@ -462,7 +463,7 @@ class DrafterState:
         self.cache.crop(self.valid.shape[1])  # the last round's drafted positions go
         blocks = [torch.cat(pending, dim=1) if pending else None for pending in self.pending]
         counts = [0 if block is None else block.shape[1] for block in blocks]
-        width = max(max(counts), 1)
+        width = self.commit_width = max(max(counts), 1)  # positions per row of this forward (`draft_shape="auto"`)
         size = next(block.shape[-1] for block in blocks if block is not None)
         features = torch.zeros((len(blocks), width, size), dtype=drafter.dtype, device=device)
         ids = torch.zeros((len(blocks), width), dtype=torch.long)

@@ -281,8 +281,15 @@ class CostLog:
 
     @staticmethod
     def curve(table: dict) -> tuple[float, ...]:
-        """1..the widest measured width: medians, linear between measured widths, never decreasing."""
-        points = {w: sorted(t)[len(t) // 2] for w, t in table.items() if t}
+        """1..the widest measured width: medians, made non-decreasing by pooling neighbours that decrease (weighted by
+        their observations, so one slow round does not raise every wider width), linear between measured widths."""
+        pools = []  # [width, value, weight] per measured width, then merged where the values decrease
+        for w in sorted(w for w, t in table.items() if t):
+            pools.append([[w], sorted(table[w])[len(table[w]) // 2], len(table[w])])
+            while len(pools) > 1 and pools[-2][1] > pools[-1][1]:
+                (ws, v, n), (ws2, v2, n2) = pools[-2], pools.pop()
+                pools[-1] = [ws + ws2, (v * n + v2 * n2) / (n + n2), n + n2]
+        points = {w: value for ws, value, _ in pools for w in ws}
         widths = sorted(points)
         values, best = [], 0.0
         for n in range(1, widths[-1] + 1):
@@ -455,7 +462,8 @@ class RoundTimer:
     def __init__(self, tuner: ShapeTuner, device, tree_shape):
         self.tuner, self.cuda = tuner, getattr(device, "type", str(device)) == "cuda"
         self.tree_shape = tree_shape
-        self.shape, self.started, self.drafted = tuner.shape, 0.0, 0.0
+        self.shape, self.started, self.committed, self.drafted = tuner.shape, 0.0, 0.0, 0.0
+        self.commit_width = 1  # positions per row the drafter's first step read (its accepted tokens, or more)
         self.tokens, self.seconds = 0, 0.0
 
     def now(self) -> float:
@@ -466,8 +474,12 @@ class RoundTimer:
     def start(self, threshold: float):
         """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
         self.shape = self.tuner.next_shape()
-        self.started = self.drafted = self.now()
+        self.started = self.committed = self.drafted = self.now()
         return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
+
+    def mark_committed(self, width: int) -> None:
+        """The drafter's first step (over `width` positions per row: the tokens accepted since it last ran) is done."""
+        self.committed, self.commit_width = self.now(), max(1, int(width))
 
     def mark_drafted(self) -> None:
         self.drafted = self.now()
@@ -479,7 +491,11 @@ class RoundTimer:
         width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
         drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round
         levels = self.shape.depth if drafted else 0
-        steps = [(self.shape.top_k, (self.drafted - self.started) / max(levels, 1))] * levels
+        # the first step reads the accepted tokens (many after plain rounds: kept apart, at their own width), each
+        # further level `top_k` nodes per expanded node
+        steps = [(self.commit_width, self.committed - self.started)] if levels else []
+        if levels > 1:
+            steps += [(self.shape.top_k, (self.drafted - self.committed) / (levels - 1))] * (levels - 1)
         mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
         self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width)
         self.tokens += tokens
