@@ -256,18 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         code = batch_sweep(args, target, tokenizer, batched, questions)
         save_acceptance(args, drafters)
         return code
-    merged = sum(d.config.head_type == "low_rank" for d in drafters.values()) if args.merged_head else 0
     logger.info(
         "bench: %d questions × %d systems × %d temperatures × %d repeats",
         len(questions),
-        1
-        + (len(drafters) + merged)
-        * (
-            len(args.confidence_threshold)
-            + len(args.draft_shape)
-            + (1 + len(args.draft_tree)) * (1 + args.draft_lookup)
-        )
-        + bool(args.prompt_lookup),
+        _system_count(args, drafters),
         len(args.temperatures),
         args.repeats,
     )
@@ -297,6 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     print(render_markdown(report))
     save_acceptance(args, drafters)
     return 0
+
+
+def _system_count(args, drafters: dict) -> int:
+    """The rows a single-question run times: the target, each drafter's (merged heads included) and prompt lookup."""
+    merged = sum(d.config.head_type == "low_rank" for d in drafters.values()) if args.merged_head else 0
+    per_drafter = len(args.confidence_threshold) + len(args.draft_shape)
+    per_drafter += (1 + len(args.draft_tree)) * (1 + args.draft_lookup)
+    return 1 + (len(drafters) + merged) * per_drafter + bool(args.prompt_lookup)
 
 
 def save_acceptance(args, drafters: dict) -> None:
