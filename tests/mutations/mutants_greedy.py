@@ -185,8 +185,8 @@ MUTANTS = [
         edits=(
             Edit(
                 DECODING,
-                "if not bool(stopping_criteria(self.seqs[b].ids, scores).all())]",
-                "if self.seqs[b].length < self.max_length]",
+                "end = next((e for e in ends if bool(stopping_criteria(seq.ids[:, :e], scores).all())), None)",
+                "end = next((e for e in ends if e >= self.max_length), None)",
             ),
         ),
         tests=(f"{BATCH_LIVE}[chain-3]", f"{CHAIN_LIVE}[3]"),
