@@ -104,4 +104,23 @@ MUTANTS = [
         ),
         tests=("tests/test_shapes_slimspec.py::test_a_recheck_call_drafts_again_before_it_settles",),
     ),
+    Mutant(
+        name="auto shapes: the drafter's first step is logged as a 1-node step whatever it read",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "steps = [(self.commit_width, self.committed - self.started)] if levels else []",
+                "steps = [(1, self.committed - self.started)] if levels else []",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_round_times_the_drafters_first_step_at_the_width_it_read",),
+    ),
+    Mutant(
+        name="auto shapes: measured curves keep a slow round instead of pooling it with its neighbours",
+        edits=(Edit("shapes_slimspec.py", "while len(pools) > 1 and pools[-2][1] > pools[-1][1]:", "while False:"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::"
+            "test_a_measured_curve_pools_a_slow_round_instead_of_raising_every_wider_width",
+        ),
+    ),
 ]
