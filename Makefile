@@ -31,9 +31,11 @@ demo-gemma: install
 	$(PY) -m slimspec_hf.commands.demo --target gemma-3-270m --merged-head $(if $(GEMMA_DRAFTER),--drafter $(GEMMA_DRAFTER))
 
 # The default run: neither the slow tests (scripts/ tooling, multi-process runs: `make test-slow`) nor vLLM's
-# (`make test-vllm`, in its own venv), even where vLLM is importable.
+# (`make test-vllm`, in its own venv), even where vLLM is importable. TEST_WORKERS pytest-xdist workers (one per
+# core; each test runs single-threaded, see tests/conftest.py); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -m "not slow and not vllm" --timeout=900 --durations=15
+	$(PY) -m pytest -m "not slow and not vllm" --timeout=900 --durations=15 -n $(TEST_WORKERS)
 
 test-slow: install
 	$(PY) -m pytest -m "slow" --timeout=1800

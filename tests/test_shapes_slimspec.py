@@ -266,6 +266,38 @@ def test_a_recheck_call_drafts_again_before_it_settles():
     assert not ShapeTuner(CostLog(batch_size=1), tuner.acceptance, start=DraftShape()).explore
 
 
+def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
+    """Calls after plain decoding won skip the drafter; one in 8 re-checks it, then one in 16, 32, 64 while each
+    re-check chooses plain again; a re-check that drafts brings the wait back to 8."""
+    from slimspec_hf import shapes_slimspec
+
+    tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
+    log = tuner.log
+    shapes_slimspec._COSTS[tiny_target] = {(str(tiny_target.device), str(tiny_target.dtype), 1): log}
+
+    def recheck(accepted: float) -> None:  # one re-check call: it explores, then chooses
+        again = ShapeTuner(log, tuner.acceptance, start=DraftShape(4, 1, 4))
+        shape = again.next_shape()
+        for _ in range(again.every):
+            again.observe(shape, 0.050 * (shape.size + 1), [(1, 0.005)] * shape.depth, accepted * shape.depth)
+            shape = again.next_shape()
+
+    waits = []
+    for _ in range(5):
+        calls = 1
+        while shapes_slimspec.plain_is_chosen(tiny_target, 1, sampled=False):
+            calls += 1
+        waits.append(calls)
+        recheck(accepted=0.0)
+    assert waits == [8, 16, 32, 64, 64] and log.plain_chosen[False]
+    assert not shapes_slimspec.plain_is_chosen(tiny_target, 1, sampled=True)  # sampled calls keep their own count
+    log.rechecked(False, plain=False, again=True)  # a re-check that chose to draft
+    calls = 1
+    while shapes_slimspec.plain_is_chosen(tiny_target, 1, sampled=False):
+        calls += 1
+    assert calls == 8
+
+
 # -- `draft_shape="auto"` in the decoding loop --------------------------------------------------------------------
 
 
@@ -299,6 +331,23 @@ def test_auto_shapes_changing_every_round_keep_greedy_output(monkeypatch, tiny_t
         assert stats.rounds_by_source.get("plain", 0) > 0 and stats.draft_shape["shape"] in {
             str(s) for s in SHAPE_CYCLE
         }
+
+
+def test_a_plain_round_verifies_one_token_even_where_lookup_matches(monkeypatch, tiny_target):
+    """Plain rounds cost what plain decoding costs (what the choice assumes): no lookup draft either."""
+    import torch
+
+    forced_shapes(monkeypatch, [DraftShape()])
+    drafter = make_tiny_drafter(tiny_target)
+    ids = torch.tensor([[5, 9, 17, 3] * 6])  # lookup matches at every round
+    kwargs = dict(max_new_tokens=16, do_sample=False)
+    out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=True, **kwargs)
+    assert torch.equal(out, tiny_target.generate(ids, **kwargs))
+    stats = drafter.last_generation_stats
+    assert set(stats.rounds_by_source) == {"plain"} and stats.drafted_tokens == 0, stats.rounds_by_source
+    forced_shapes(monkeypatch, [DraftShape(1, 1, 1)])  # the same call drafting: lookup does take part
+    tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=True, **kwargs)
+    assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
 
 
 def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(tiny_target):

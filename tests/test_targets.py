@@ -135,6 +135,47 @@ def test_a_stale_gemma_gguf_is_rebuilt(monkeypatch, tmp_path):
     assert path == stale and module._sha256_file(path) == module.EXPECTED_SHA256
 
 
+def test_builders_running_at_once_take_turns_and_never_see_half_a_file(monkeypatch, tmp_path):
+    """Two processes (parallel test workers) asking for the GGUF at once: one rebuilds it, the other waits and
+    finds the finished file; the cache never shows a half-written one."""
+    import threading
+    import time
+
+    module = _gemma_module()
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    final = tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    busy, overlaps, seen = [0], [], []
+
+    def slow_assemble(path, overwrite=False):
+        path = Path(path)
+        if path.exists() and not overwrite:
+            if path.read_bytes() != b"whole":
+                raise FileExistsError(path)
+            return path
+        busy[0] += 1
+        overlaps.append(busy[0])
+        with path.open("wb") as out:
+            out.write(b"who")
+            out.flush()
+            time.sleep(0.2)
+            seen.append(final.read_bytes() if final.exists() else None)  # what a reader would find meanwhile
+            out.write(b"le")
+        busy[0] -= 1
+        return path
+
+    monkeypatch.setattr(module, "assemble", slow_assemble)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(targets.embedded_gguf_path("gemma-3-270m"))) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [final, final] and final.read_bytes() == b"whole"
+    assert overlaps == [1] and seen == [None]  # built once, and nobody saw the file before it was whole
+
+
 def test_an_unwritable_cache_names_slimspec_cache(monkeypatch, tmp_path):
     _gemma_module()
     blocker = tmp_path / "a-file"

@@ -164,10 +164,20 @@ def embedded_gguf_path(name: str | None = None) -> Path:
     module = importlib.import_module(spec.package)
     path = cache_dir() / "gguf" / spec.gguf_file
     try:
-        try:
-            return Path(module.assemble(path))
-        except FileExistsError:  # a stale or half-written copy (an interrupted rebuild): rebuild it
-            return Path(module.assemble(path, overwrite=True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _cache_lock(path):  # one process rebuilds it; the others wait, then check the finished file
+            if path.is_file():
+                try:
+                    return Path(module.assemble(path))  # checks its sha256
+                except FileExistsError:  # a stale copy: rebuild it
+                    pass
+            tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+            try:
+                module.assemble(tmp, overwrite=True)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return path
     except (FileNotFoundError, ModuleNotFoundError) as err:
         raise FileNotFoundError(
             f"{spec.hub_id}: a chunk wheel of its GGUF is missing ({err}); reinstall with: pip install "
@@ -193,8 +203,35 @@ def _unwritable_cache_message(err: OSError) -> str:
 def _dequantised_cache(spec: EmbeddedTarget) -> Path:
     """A safetensors copy of the dequantised GGUF, built once (atomically) so later loads take seconds."""
     folder = spec.cache_folder
-    if (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file():
+    if _is_complete(folder):
         return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = _cache_lock(folder)
+        lock.acquire()
+    except OSError as err:
+        raise OSError(_unwritable_cache_message(err)) from None
+    try:  # one process dequantises; the others wait for it and load its folder
+        return folder if _is_complete(folder) else _dequantise(spec, folder)
+    finally:
+        lock.release()
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def _cache_lock(path: Path):
+    """An inter-process lock around building `path` (parallel test workers, two CLI calls at once), kept in the
+    cache's `locks/` folder. `filelock` comes with huggingface_hub."""
+    from filelock import FileLock
+
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(locks / f"{path.name}.lock"))
+
+
+def _dequantise(spec: EmbeddedTarget, folder: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
@@ -215,7 +252,6 @@ def _dequantised_cache(spec: EmbeddedTarget) -> Path:
     if spec.chat_template is not None:  # a base model: the plain question format (see `prompt_formats`)
         tokenizer.chat_template = spec.chat_template
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
     except OSError as err:
         raise OSError(_unwritable_cache_message(err)) from None

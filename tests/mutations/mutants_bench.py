@@ -100,9 +100,62 @@ MUTANTS = [
     Mutant(
         name="auto shapes: a recheck call decodes plain rounds without drafting",
         edits=(
-            Edit("shapes_slimspec.py", "self.explore = log.plain_chosen[acceptance.draws]", "self.explore = False"),
+            Edit(
+                "shapes_slimspec.py",
+                "self.explore = self.rechecking = log.plain_chosen[acceptance.draws]",
+                "self.explore = False\n        self.rechecking = log.plain_chosen[acceptance.draws]",
+            ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_a_recheck_call_drafts_again_before_it_settles",),
+    ),
+    Mutant(
+        name="auto shapes: a plain round still verifies a lookup match",
+        edits=(
+            Edit(
+                "decoding_slimspec.py",
+                "        if self.shape.depth == 0:  # a plain round",
+                "        if False:  # a plain round",
+            ),
+            Edit(
+                "decoding_slimspec.py",
+                "        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)\n",
+                "        if tree is None and self.shape.depth == 0:\n"
+                '            tree = DraftTree(source="plain")\n'
+                "        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)\n",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_plain_round_verifies_one_token_even_where_lookup_matches",),
+    ),
+    Mutant(
+        name="auto shapes: re-checks stay one call in 8 however often they choose plain again",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "min(2 * self.recheck_every[sampled], RECHECK_MOST)",
+                "self.recheck_every[sampled]",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
+    ),
+    Mutant(
+        name="auto shapes: a choice that drafts leaves the re-check wait as long as it grew",
+        edits=(
+            Edit(
+                "shapes_slimspec.py", "            self.recheck_every[sampled] = RECHECK_EVERY\n", "            pass\n"
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
+    ),
+    Mutant(
+        name="auto shapes: the stale first choice of a re-check call doubles the wait every time it is made",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "                self.rechecking = False  # once a call",
+                "                pass  # once a call",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
     ),
     Mutant(
         name="auto shapes: the drafter's first step is logged as a 1-node step whatever it read",

@@ -39,7 +39,9 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a plain round still drafts (the drafter's tree replaces the empty one)",
-        edits=(Edit(DECODING, "        if tree is None and self.shape.depth == 0:\n", "        if False:\n"),),
+        edits=(
+            Edit(DECODING, "        if self.shape.depth == 0:  # a plain round", "        if False:  # a plain round"),
+        ),
         tests=("tests/test_shapes_slimspec.py::test_auto_shapes_changing_every_round_keep_greedy_output",),
     ),
     Mutant(
