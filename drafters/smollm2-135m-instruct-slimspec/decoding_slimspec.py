@@ -277,11 +277,11 @@ class SpeculativeDecoder:
     def plan(self, seq: DecodingSequence) -> RoundPlan:
         """What the round drafts before the drafter runs: the lookup match, and the whole draft when it is lookup's."""
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
+        if self.shape.depth == 0:  # a plain round (`draft_shape="auto"`): plain decoding, neither drafter nor lookup
+            return RoundPlan(budget, 0, None, DraftTree(source="plain"))
         lookup = self.lookup
         match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
         tree = lookup_tree(match.tokens) if lookup is not None and lookup.drafts_alone(match) else None
-        if tree is None and self.shape.depth == 0:
-            tree = DraftTree(source="plain")  # a plain round (`draft_shape="auto"`): no drafter call
         return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
 
     def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: RoundPlan) -> DraftTree:

@@ -257,6 +257,9 @@ def choose_shape(
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
 
 
+RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
+
+
 class CostLog:
     """Round costs measured at one batch size as calls decode: the target's verification by width (tokens per row)
     and the drafter's step by nodes per row, each the median of its last `keep` observations."""
@@ -264,7 +267,10 @@ class CostLog:
     def __init__(self, batch_size: int, keep: int = 9):
         self.batch_size, self.keep = batch_size, keep
         self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
-        self.plain_calls = 0  # calls since that decoded without the drafter
+        self.plain_calls = {False: 0, True: 0}  # calls since the last that drafted, decoded without the drafter
+        # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
+        # choice that drafts (`RECHECK_EVERY` .. `RECHECK_MOST`)
+        self.recheck_every = {False: RECHECK_EVERY, True: RECHECK_EVERY}
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
 
@@ -278,6 +284,14 @@ class CostLog:
 
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
+
+    def rechecked(self, sampled: bool, plain: bool, again: bool) -> None:
+        """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
+        plain again doubles the wait before the next; a choice that drafts resets it."""
+        if not plain:
+            self.recheck_every[sampled] = RECHECK_EVERY
+        elif again:
+            self.recheck_every[sampled] = min(2 * self.recheck_every[sampled], RECHECK_MOST)
 
     @staticmethod
     def curve(table: dict) -> tuple[float, ...]:
@@ -336,7 +350,7 @@ class ShapeTuner:
         self.choice: ShapeChoice | None = None
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
-        self.explore = log.plain_chosen[acceptance.draws]
+        self.explore = self.rechecking = log.plain_chosen[acceptance.draws]
 
     @property
     def calibration(self) -> float:
@@ -360,6 +374,8 @@ class ShapeTuner:
                 self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.rechecking)
+                self.rechecking = False  # once a call: a drafting choice after exploring resets the wait again
                 if self.explore and self.shape.is_plain:
                     predicted = self.choice.predictions
                     drafting = [s for s in candidates if not s.is_plain and str(s) in predicted]
@@ -433,15 +449,19 @@ def measured_acceptance(drafter) -> dict:
     return {ACCEPTANCE_MODES[s]: a.as_dict() for s, a in sorted(per_mode.items()) if a.observed(1) > 0}
 
 
-def plain_is_chosen(target, batch_size: int, sampled: bool, recheck_every: int = 8) -> bool:
+def plain_is_chosen(target, batch_size: int, sampled: bool) -> bool:
     """Whether the calls so far chose plain decoding for `target` at `batch_size` rows, greedy or `sampled`: such
-    calls skip the drafter, but every `recheck_every`-th one decodes with it again, so that a drafter whose
-    acceptance rises (other prompts, code after chat) gets chosen again."""
+    calls skip the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up
+    to 64) decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets
+    chosen again."""
     log = _COSTS.get(target, {}).get((str(target.device), str(target.dtype), batch_size))
     if log is None or not log.plain_chosen[sampled]:
         return False
-    log.plain_calls += 1
-    return log.plain_calls % recheck_every != 0
+    log.plain_calls[sampled] += 1
+    if log.plain_calls[sampled] < log.recheck_every[sampled]:
+        return True
+    log.plain_calls[sampled] = 0
+    return False
 
 
 def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool) -> "RoundTimer | None":
