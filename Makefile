@@ -35,7 +35,7 @@ demo-gemma: install
 # core; each test runs single-threaded, see tests/conftest.py); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -m "not slow and not vllm" --timeout=900 --durations=15 -n $(TEST_WORKERS)
+	$(PY) -m pytest -m "not slow and not vllm" --timeout=900 --durations=15 -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: install
 	$(PY) -m pytest -m "slow" --timeout=1800
