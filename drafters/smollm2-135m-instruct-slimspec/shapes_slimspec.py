@@ -350,7 +350,7 @@ class ShapeTuner:
         self.choice: ShapeChoice | None = None
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
-        self.explore = self.rechecking = log.plain_chosen[acceptance.draws]
+        self.explore = log.plain_chosen[acceptance.draws]
 
     @property
     def calibration(self) -> float:
@@ -374,8 +374,8 @@ class ShapeTuner:
                 self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
-                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.rechecking)
-                self.rechecking = False  # once a call: a drafting choice after exploring resets the wait again
+                # a re-check's first choice only (a drafting choice after exploring resets the wait again)
+                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.explore)
                 if self.explore and self.shape.is_plain:
                     predicted = self.choice.predictions
                     drafting = [s for s in candidates if not s.is_plain and str(s) in predicted]

@@ -102,8 +102,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "self.explore = self.rechecking = log.plain_chosen[acceptance.draws]",
-                "self.explore = False\n        self.rechecking = log.plain_chosen[acceptance.draws]",
+                "self.explore = log.plain_chosen[acceptance.draws]",
+                "self.explore = False",
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_a_recheck_call_drafts_again_before_it_settles",),
@@ -147,12 +147,12 @@ MUTANTS = [
         tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
     ),
     Mutant(
-        name="auto shapes: the stale first choice of a re-check call doubles the wait every time it is made",
+        name="auto shapes: every plain choice in a re-check call, not only its first, doubles the wait",
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "                self.rechecking = False  # once a call",
-                "                pass  # once a call",
+                "self.shape.is_plain, again=self.explore)",
+                "self.shape.is_plain, again=True)",
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
