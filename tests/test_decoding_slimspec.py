@@ -557,6 +557,29 @@ def test_the_lm_head_over_several_rows_gives_each_rows_logits_by_either_kernel(m
     assert fresh in verification_slimspec._WEIGHT_FIRST  # timed once, on the first multi-row call
 
 
+def test_the_lm_head_kernels_are_timed_at_prefill_not_in_a_timed_round(monkeypatch, tiny_target):
+    """`draft_shape="auto"` times rounds to choose shapes: the LM head's one-off kernel timing runs before the first
+    round starts, so that the first multi-row round is not measured dearer than it is."""
+    import weakref
+
+    from slimspec_hf import shapes_slimspec, verification_slimspec
+
+    monkeypatch.setattr(verification_slimspec, "_WEIGHT_FIRST", weakref.WeakKeyDictionary())
+    head = tiny_target.get_output_embeddings()
+    timed_at_start = []
+    start = shapes_slimspec.RoundTimer.start
+
+    def watched(self, threshold):
+        timed_at_start.append(head in verification_slimspec._WEIGHT_FIRST)
+        return start(self, threshold)
+
+    monkeypatch.setattr(shapes_slimspec.RoundTimer, "start", watched)
+    drafter = make_tiny_drafter(tiny_target)
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8]])
+    tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", max_new_tokens=6, do_sample=False)
+    assert timed_at_start and all(timed_at_start)
+
+
 def test_a_stopping_criterion_met_inside_a_round_ends_the_row_there():
     """A criterion (a stop string, a caller's own) met at a token inside a round's accepted tokens ends the row at
     that token, as plain decoding does: sequences, scores and the returned cache; one prompt and a padded batch."""

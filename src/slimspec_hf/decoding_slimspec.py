@@ -40,6 +40,7 @@ from .verification_slimspec import (
     plain_lm_head,
     row_states,
     shared_kv_heads,
+    time_head_kernels,
 )
 
 
@@ -175,8 +176,11 @@ class SpeculativeDecoder:
         self.proposer.ranks = self.acceptance.max_rank
 
     def prefill(self) -> None:
-        """The target reads every prompt and picks each row's first token."""
+        """The target reads every prompt and picks each row's first token (and the LM head's kernel for several rows
+        is chosen, once per process: not in a timed round)."""
         seqs, device = self.seqs, self.seqs[0].ids.device
+        if self.head is not None:
+            time_head_kernels(self.head)
         self.slots = TargetSlots(torch.stack([s.key_mask for s in seqs]), torch.stack([s.positions for s in seqs]))
         out = self.target(
             input_ids=torch.cat([s.ids for s in seqs]),
@@ -457,6 +461,7 @@ def slimspec_generate(
     stats = decoder.stats()  # a batch's totals are computed here, at the end
     if decoder.timer is not None:
         stats.draft_shape = decoder.timer.report()
+        decoder.timer.save()
     record_stats(drafter, stats)
     return decoder.output(generation_config, stats)
 
@@ -477,7 +482,7 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     sampled = bool(arguments.get("do_sample", getattr(passed or target.generation_config, "do_sample", False)))
     settings = DraftSettings.resolve(drafter.generation_config, overrides, sampled, batched=batch > 1)
     if settings.draft_shape == "auto":  # plain decoding where this machine's rounds chose it
-        plain = plain_is_chosen(target, batch, sampled)
+        plain = plain_is_chosen(target, drafter, batch, sampled)
     else:  # a batch this large decodes faster without the drafter
         plain = 0 < settings.draft_max_batch_size < batch
     if plain:

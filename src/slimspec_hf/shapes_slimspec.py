@@ -20,12 +20,21 @@ shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
 
+import hashlib
+import json
+import logging
 import math
+import os
+import platform
 import time
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -258,14 +267,21 @@ def choose_shape(
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
+TIMED_ROUNDS = 2  # rounds timed at a width before it is used to choose (their lower median: one slow round is dropped)
 
 
 class CostLog:
     """Round costs measured at one batch size as calls decode: the target's verification by width (tokens per row)
-    and the drafter's step by nodes per row, each the median of its last `keep` observations."""
+    and the drafter's step by nodes per row, each the lower median of its last `keep` observations. With a `path`
+    (`costs_file`) the tables start from what earlier processes on this machine measured and `save` writes them back,
+    with the `chooser` drafter's plain-decoding choices, so that a new process chooses from its first round instead of
+    probing again, or decodes plain from its first call where plain decoding won."""
 
-    def __init__(self, batch_size: int, keep: int = 9):
-        self.batch_size, self.keep = batch_size, keep
+    def __init__(
+        self, batch_size: int, keep: int = 9, path: "Path | None" = None, key: dict | None = None, chooser: str = ""
+    ):
+        self.batch_size, self.keep, self.path, self.key = batch_size, keep, path, key
+        self.chooser = chooser  # the drafter (name or path) whose choices the log keeps (they rest on its acceptance)
         self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
         self.plain_calls = {False: 0, True: 0}  # calls since the last that drafted, decoded without the drafter
         # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
@@ -293,13 +309,73 @@ class CostLog:
         elif again:
             self.recheck_every[sampled] = min(2 * self.recheck_every[sampled], RECHECK_MOST)
 
+    def load(self) -> "CostLog":
+        """The tables `path` holds for this `key`; nothing where the file is missing, unreadable, for another key or
+        malformed (the costs are then measured again)."""
+        if self.path is None or not self.path.is_file():
+            return self
+        try:
+            stored = json.loads(self.path.read_text(encoding="utf-8"))
+            if stored.get("format") != COSTS_FORMAT or stored.get("key") != self.key:
+                return self
+            tables = {
+                name: {int(w): [float(t) for t in times] for w, times in stored[name].items()}
+                for name in ("verify", "draft")
+            }
+            choices = stored.get("choices") or {}
+            plain = {
+                sampled: (bool(c["plain"]), int(c["calls"]), int(c["every"]))
+                for sampled, mode in ACCEPTANCE_MODES.items()
+                if (c := choices.get(mode)) and choices.get("chooser") == self.chooser
+            }
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
+            logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
+            return self
+        for sampled, (chosen, calls, every) in plain.items():
+            self.plain_chosen[sampled], self.plain_calls[sampled] = chosen, max(0, calls)
+            self.recheck_every[sampled] = min(max(every, RECHECK_EVERY), RECHECK_MOST)
+        for name, table in tables.items():
+            for width, times in table.items():
+                for seconds in times:
+                    if width >= 1 and math.isfinite(seconds) and seconds > 0:
+                        self.add(getattr(self, name), width, seconds)
+        return self
+
+    def save(self) -> None:
+        """Writes the tables to `path` (a temporary file renamed over it: a reader never sees half of one). A folder
+        that cannot be written only costs the next process its measurement: one warning, decoding goes on."""
+        if self.path is None:
+            return
+        tables = {name: {str(w): t for w, t in sorted(getattr(self, name).items())} for name in ("verify", "draft")}
+        choices = {"chooser": self.chooser}
+        for sampled, mode in ACCEPTANCE_MODES.items():
+            choices[mode] = {
+                "plain": self.plain_chosen[sampled],
+                "calls": self.plain_calls[sampled],
+                "every": self.recheck_every[sampled],
+            }
+        partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stored = {"format": COSTS_FORMAT, "key": self.key, **tables, "choices": choices}
+            partial.write_text(json.dumps(stored), encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError as err:
+            logger.warning(
+                "Measured draft costs not kept at %s (%s): set SLIMSPEC_CACHE to a writable folder, or "
+                "SLIMSPEC_DRAFT_COSTS=off.",
+                self.path,
+                err,
+            )
+            self.path = None
+
     @staticmethod
     def curve(table: dict) -> tuple[float, ...]:
-        """1..the widest measured width: medians, made non-decreasing by pooling neighbours that decrease (weighted by
+        """1..the widest measured width: (lower) medians, made non-decreasing by pooling neighbours that decrease (weighted by
         their observations, so one slow round does not raise every wider width), linear between measured widths."""
         pools = []  # [width, value, weight] per measured width, then merged where the values decrease
         for w in sorted(w for w, t in table.items() if t):
-            pools.append([[w], sorted(table[w])[len(table[w]) // 2], len(table[w])])
+            pools.append([[w], sorted(table[w])[(len(table[w]) - 1) // 2], len(table[w])])  # the lower median
             while len(pools) > 1 and pools[-2][1] > pools[-1][1]:
                 (ws, v, n), (ws2, v2, n2) = pools[-2], pools.pop()
                 pools[-1] = [ws + ws2, (v * n + v2 * n2) / (n + n2), n + n2]
@@ -326,10 +402,11 @@ class CostLog:
 class ShapeTuner:
     """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
 
-    The first rounds measure what is not yet known at this batch size: a plain round (width 1), then rounds of
-    `probe_sizes` nodes (the best shape of each size under the acceptance known so far), widest last, stopping at the
-    first width that costs more than the most tokens a round could yield there. From then on every `every` rounds the
-    best candidate is chosen again from the measured costs (`CostLog`, shared by every call at this batch size),
+    The first rounds measure what is not yet known at this batch size: plain rounds (width 1), then rounds of
+    `probe_sizes` nodes (the best shape of each size under the acceptance known so far), each width timed
+    `TIMED_ROUNDS` times, widest last, stopping at the first width that costs more than the most tokens a round could
+    yield there. From then on every `every` rounds the best candidate is chosen again from the measured costs
+    (`CostLog`, shared by every call at this batch size and kept on disk for the next process: `costs_file`),
     the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
     how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
     code after chat) moves the choice."""
@@ -344,7 +421,8 @@ class ShapeTuner:
         top_ks: tuple[int, ...] = (2, 4, 8),
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
-        self.probes = [size for size in probe_sizes if size + 1 not in log.verify]
+        self.probes = [size for size in probe_sizes if len(log.verify.get(size + 1, ())) < TIMED_ROUNDS]
+        self.probed = 0  # rounds of the current probe so far
         self.shape, self.rounds = start, 0
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
@@ -359,11 +437,11 @@ class ShapeTuner:
 
     def next_shape(self) -> DraftShape:
         """The shape of the coming round."""
-        if 1 not in self.log.verify:
+        if len(self.log.verify.get(1, ())) < TIMED_ROUNDS:
             return DraftShape()
         if self.probes:
             probe = self.best_of_size(self.probes[0])
-            if self.may_pay(probe):
+            if self.probed or self.may_pay(probe):  # a probe started is timed `TIMED_ROUNDS` times
                 return probe
             self.probes.clear()  # wider rounds cost more still: none of them can pay here
         if self.choice is None or self.rounds % self.every == 0:
@@ -406,7 +484,10 @@ class ShapeTuner:
         for nodes, seconds in draft_steps:
             self.log.add_draft(max(1, round(nodes)), seconds)
         if self.probes and shape.size == self.probes[0]:
-            self.probes.pop(0)
+            self.probed += 1
+            if self.probed >= TIMED_ROUNDS:
+                self.probes.pop(0)
+                self.probed = 0
         if not shape.is_plain:
             self.predicted += expected_tokens(shape, self.acceptance) - 1.0
             self.accepted += accepted
@@ -420,10 +501,74 @@ ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # the keys of `draft_acce
 STORED_ROUNDS = 64.0  # what a stored measurement is worth, in rounds per depth
 
 
-def cost_log(target, batch_size: int) -> CostLog:
-    """The costs measured for `target` (on its device, in its dtype) at `batch_size` rows."""
+COSTS_FORMAT = 1  # the layout of a `costs_file`
+
+
+def costs_root() -> "Path | None":
+    """Where measured costs are kept across processes: `draft_costs/` in the package's cache folder
+    (`$SLIMSPEC_CACHE`, else `~/.cache/slimspec_hf`, as `slimspec_hf.paths.cache_dir`); None where
+    `SLIMSPEC_DRAFT_COSTS` is off (0, off, false, no)."""
+    if os.environ.get("SLIMSPEC_DRAFT_COSTS", "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    return Path(os.environ.get("SLIMSPEC_CACHE", Path.home() / ".cache" / "slimspec_hf")) / "draft_costs"
+
+
+def processor_name(device: torch.device) -> str:
+    """The accelerator's name, or the CPU's model name (/proc/cpuinfo, else `platform`)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def architecture(model) -> str:
+    """The model's class and a digest of its config (names, paths and versions left out): what its costs depend on."""
+    config = {
+        k: v
+        for k, v in model.config.to_dict().items()
+        if not k.startswith("_") and k not in ("transformers_version", "torch_dtype", "dtype", "name_or_path")
+    }
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"{type(model).__name__}-{digest}"
+
+
+def costs_key(target, drafter, batch_size: int) -> dict:
+    """What a measured cost curve holds for: the two models' architectures and dtypes, the processor, the threads
+    (on a CPU) and the batch size."""
+    return {
+        "target": architecture(target),
+        "drafter": architecture(drafter),
+        "dtype": f"{target.dtype}/{drafter.dtype}",
+        "processor": processor_name(target.device),
+        "threads": torch.get_num_threads() if target.device.type == "cpu" else None,
+        "batch_size": batch_size,
+    }
+
+
+def costs_file(key: dict) -> "Path | None":
+    """The file that keeps the costs measured for `key` (None where keeping them is off)."""
+    root = costs_root()
+    if root is None:
+        return None
+    return root / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]}.json"
+
+
+def cost_log(target, drafter, batch_size: int) -> CostLog:
+    """The costs measured for `target` with `drafter` at `batch_size` rows (on their device, in their dtypes), by this
+    process and, where they are kept (`costs_file`), by earlier ones on this machine."""
+    key = costs_key(target, drafter, batch_size)
     logs = _COSTS.setdefault(target, {})
-    return logs.setdefault((str(target.device), str(target.dtype), batch_size), CostLog(batch_size))
+    chooser = str(getattr(drafter.config, "name_or_path", "") or "")
+    name = (json.dumps(key, sort_keys=True), chooser)
+    if name not in logs:
+        logs[name] = CostLog(batch_size, path=costs_file(key), key=key, chooser=chooser).load()
+    return logs[name]
 
 
 def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
@@ -449,19 +594,20 @@ def measured_acceptance(drafter) -> dict:
     return {ACCEPTANCE_MODES[s]: a.as_dict() for s, a in sorted(per_mode.items()) if a.observed(1) > 0}
 
 
-def plain_is_chosen(target, batch_size: int, sampled: bool) -> bool:
-    """Whether the calls so far chose plain decoding for `target` at `batch_size` rows, greedy or `sampled`: such
-    calls skip the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up
-    to 64) decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets
-    chosen again."""
-    log = _COSTS.get(target, {}).get((str(target.device), str(target.dtype), batch_size))
-    if log is None or not log.plain_chosen[sampled]:
+def plain_is_chosen(target, drafter, batch_size: int, sampled: bool) -> bool:
+    """Whether the calls so far (in this process or, where costs are kept, earlier ones) chose plain decoding for
+    `target` and `drafter` at `batch_size` rows, greedy or `sampled`: such calls skip the drafter, but one in
+    `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64) decodes with it again, so that a
+    drafter whose acceptance rises (other prompts, code after chat) gets chosen again."""
+    log = cost_log(target, drafter, batch_size)
+    if not log.plain_chosen[sampled]:
         return False
     log.plain_calls[sampled] += 1
-    if log.plain_calls[sampled] < log.recheck_every[sampled]:
-        return True
-    log.plain_calls[sampled] = 0
-    return False
+    plain = log.plain_calls[sampled] < log.recheck_every[sampled]
+    if not plain:
+        log.plain_calls[sampled] = 0
+    log.save()
+    return plain
 
 
 def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool) -> "RoundTimer | None":
@@ -470,7 +616,7 @@ def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool
     if settings.draft_shape != "auto":
         return None
     start = DraftShape(shape.size, shape.depth, shape.top_k)
-    tuner = ShapeTuner(cost_log(target, batch_size), depth_acceptance(drafter, sampled), start)
+    tuner = ShapeTuner(cost_log(target, drafter, batch_size), depth_acceptance(drafter, sampled), start)
     return RoundTimer(tuner, target.device, type(shape))
 
 
@@ -521,6 +667,10 @@ class RoundTimer:
         self.tokens += tokens
         self.seconds += end - self.started
 
+    def save(self) -> None:
+        """Keeps the costs measured so far for the next process (`CostLog.save`)."""
+        self.tuner.log.save()
+
     def report(self) -> dict:
         """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one."""
         costs, choice = self.tuner.log.costs(), self.tuner.choice
@@ -556,6 +706,8 @@ def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int
 __all__ = [
     "round_timer",
     "cost_log",
+    "costs_file",
+    "costs_key",
     "depth_acceptance",
     "measured_acceptance",
     "plain_is_chosen",

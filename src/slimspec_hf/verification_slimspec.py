@@ -99,22 +99,33 @@ _WEIGHT_FIRST = weakref.WeakKeyDictionary()
 
 
 def head_rows(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    """`head(hidden)` for several verified rows ((..., n, d) -> (..., n, V)). On a CPU, `F.linear` over a row-major
-    V×d weight and n ≥ 2 rows may pack the whole weight first: with Gemma-3's 262,144 rows, 4 rows cost 2.8× one
-    (fp32, AVX2), while `weight @ hidden.T` streams the weight in place (1.4×). Both are timed on the head's first
-    multi-row call and the faster is kept; the logits are the same products, summed in another order."""
+    """`head(hidden)` for several verified rows ((..., n, d) -> (..., n, V)), with the kernel `time_head_kernels`
+    chose for this head (CPU, n ≥ 2)."""
     rows = hidden.numel() // hidden.shape[-1]
     if rows < 2 or hidden.device.type != "cpu" or head.bias is not None:
         return head(hidden)
+    return weight_first(head.weight, hidden) if time_head_kernels(head) else head(hidden)
+
+
+def time_head_kernels(head: torch.nn.Linear, rows: int = 4) -> bool:
+    """Whether `weight @ hidden.T` beats `F.linear` for `head` over `rows` rows, timed once per head and process
+    (on the CPU; elsewhere False). On a CPU, `F.linear` over a row-major V×d weight and n ≥ 2 rows may pack the whole
+    weight first: with Gemma-3's 262,144 rows, 4 rows cost 2.8× one (fp32, AVX2), while `weight @ hidden.T` streams
+    the weight in place (1.4×). The logits are the same products, summed in another order. The decoding loop times
+    them at its prefill, so that no timed round pays for it (`draft_shape="auto"`)."""
+    if head.weight.device.type != "cpu" or head.bias is not None:
+        return False
     if head not in _WEIGHT_FIRST:
+        hidden = torch.randn(rows, head.in_features, dtype=head.weight.dtype)
         timings = {}
-        for name, kernel in (("linear", head), ("weight_first", lambda h: weight_first(head.weight, h))):
-            kernel(hidden)  # warm
-            start = time.perf_counter()
-            kernel(hidden)
-            timings[name] = time.perf_counter() - start
+        with torch.no_grad():
+            for name, kernel in (("linear", head), ("weight_first", lambda h: weight_first(head.weight, h))):
+                kernel(hidden)  # warm
+                start = time.perf_counter()
+                kernel(hidden)
+                timings[name] = time.perf_counter() - start
         _WEIGHT_FIRST[head] = timings["weight_first"] < timings["linear"]
-    return weight_first(head.weight, hidden) if _WEIGHT_FIRST[head] else head(hidden)
+    return _WEIGHT_FIRST[head]
 
 
 def weight_first(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
