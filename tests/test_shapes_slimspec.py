@@ -372,7 +372,7 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     assert shapes_slimspec.costs_file(key) is None
 
 
-def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(tmp_path, tiny_target, caplog):
+def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatch, tmp_path, tiny_target, caplog):
     import json
 
     from slimspec_hf import shapes_slimspec
@@ -398,6 +398,19 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(tmp_path, 
     log.save()
     assert [p.name for p in log.path.parent.iterdir()] == ["x.json"]  # no temporary file left behind
     assert shapes_slimspec.CostLog(1, path=log.path, key=key).load().verify == {1: [0.1]}
+    # a write cut short (disk full, killed) leaves the kept file as it was
+    write_text = type(log.path).write_text
+
+    def cut_short(self, text, *args, **kwargs):
+        write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError("No space left on device")
+
+    log.add_verify(1, 0.2)
+    monkeypatch.setattr(type(log.path), "write_text", cut_short)
+    log.save()
+    monkeypatch.undo()
+    assert shapes_slimspec.CostLog(1, path=tmp_path / "kept" / "x.json", key=key).load().verify == {1: [0.1]}
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["x.json"]  # the half-written copy removed
 
 
 # -- `draft_shape="auto"` in the decoding loop --------------------------------------------------------------------

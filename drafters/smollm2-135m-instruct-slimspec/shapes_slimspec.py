@@ -361,6 +361,10 @@ class CostLog:
             partial.write_text(json.dumps(stored), encoding="utf-8")
             os.replace(partial, self.path)
         except OSError as err:
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
             logger.warning(
                 "Measured draft costs not kept at %s (%s): set SLIMSPEC_CACHE to a writable folder, or "
                 "SLIMSPEC_DRAFT_COSTS=off.",

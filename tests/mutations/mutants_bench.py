@@ -176,4 +176,63 @@ MUTANTS = [
             "test_a_measured_curve_pools_a_slow_round_instead_of_raising_every_wider_width",
         ),
     ),
+    Mutant(
+        name="auto shapes: a width counts from its first timed round (no second round, the upper median)",
+        edits=(
+            Edit("shapes_slimspec.py", "TIMED_ROUNDS = 2 ", "TIMED_ROUNDS = 1 "),
+            Edit(
+                "shapes_slimspec.py",
+                "sorted(table[w])[(len(table[w]) - 1) // 2]",
+                "sorted(table[w])[len(table[w]) // 2]",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_one_slow_round_at_a_width_does_not_rule_it_out",),
+    ),
+    Mutant(
+        name="auto shapes: a probe's second round is skipped where its first looked too dear",
+        edits=(Edit("shapes_slimspec.py", "if self.probed or self.may_pay(probe):", "if self.may_pay(probe):"),),
+        tests=("tests/test_shapes_slimspec.py::test_one_slow_round_at_a_width_does_not_rule_it_out",),
+    ),
+    Mutant(
+        name="auto shapes: the LM head's kernels are timed in the first multi-row round",
+        edits=(Edit("decoding_slimspec.py", "            time_head_kernels(self.head)\n", "            pass\n"),),
+        tests=("tests/test_decoding_slimspec.py::test_the_lm_head_kernels_are_timed_at_prefill_not_in_a_timed_round",),
+    ),
+    Mutant(
+        name="auto shapes: measured costs are not written for the next process",
+        edits=(Edit("decoding_slimspec.py", "        decoder.timer.save()\n", ""),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
+    ),
+    Mutant(
+        name="auto shapes: kept costs are not read back",
+        edits=(Edit("shapes_slimspec.py", ").load()\n    return logs[name]", ")\n    return logs[name]"),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
+    ),
+    Mutant(
+        name="auto shapes: one file for every batch size",
+        edits=(Edit("shapes_slimspec.py", '        "batch_size": batch_size,\n    }', "    }"),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
+    ),
+    Mutant(
+        name="auto shapes: a drafter inherits another's plain choices",
+        edits=(Edit("shapes_slimspec.py", ' and choices.get("chooser") == self.chooser', ""),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
+    ),
+    Mutant(
+        name="auto shapes: kept costs are written in place (a reader may see half a file)",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                'partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")',
+                "partial = self.path",
+            ),
+            Edit("shapes_slimspec.py", "            os.replace(partial, self.path)\n", ""),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
+    ),
+    Mutant(
+        name="auto shapes: impossible kept times are loaded",
+        edits=(Edit("shapes_slimspec.py", "if width >= 1 and math.isfinite(seconds) and seconds > 0:", "if True:"),),
+        tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
+    ),
 ]
