@@ -124,6 +124,28 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     assert tuner.log.verify[7] == [pytest.approx(0.16)]
 
 
+def test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch():
+    """At B = 4, a round with 2 rows left verifies fewer rows and costs less: its times stay out of the batch's
+    curves (and out of the call's measured speed-up); its acceptance still counts."""
+    from types import SimpleNamespace
+
+    from slimspec_hf.shapes_slimspec import RoundTimer
+
+    tuner = ShapeTuner(CostLog(batch_size=4), DepthAcceptance(), start=DraftShape(1, 1, 1))
+    tuner.probes.clear()
+    tuner.next_shape = lambda: DraftShape(1, 1, 1)
+    timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
+    tree = SimpleNamespace(source="drafter", kept=[0])
+    for rows, seconds in ((4, 0.20), (2, 0.08)):
+        timer.now = iter([0.0, 0.01, 0.01, seconds]).__next__
+        timer.start(0.0)
+        timer.mark_committed(1)
+        timer.mark_drafted()
+        timer.end([tree] * rows, [SimpleNamespace(path=[0])] * rows, tokens=2 * rows)
+    assert tuner.log.verify == {2: [pytest.approx(0.19)]} and tuner.log.draft == {1: [pytest.approx(0.01)]}
+    assert timer.tokens == 8 and timer.seconds == pytest.approx(0.20) and tuner.accepted == 2.0
+
+
 def test_a_flat_verification_curve_picks_a_large_tree():
     # GPU-like: verifying 64 tokens costs what one does; the drafter's step is a tenth of it
     costs = RoundCosts(batch_size=1, verify=tuple([0.010] * 64), draft=tuple([0.001] * 8))

@@ -479,15 +479,23 @@ class ShapeTuner:
         return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
 
     def observe(
-        self, shape: DraftShape, verify_seconds: float, draft_steps: list, accepted: float, width: int | None = None
+        self,
+        shape: DraftShape,
+        verify_seconds: float,
+        draft_steps: list,
+        accepted: float,
+        width: int | None = None,
+        timed: bool = True,
     ) -> None:
         """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
-        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row, over the batch)."""
+        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row, over the batch).
+        `timed=False`: a round whose costs are not the batch size's (rows have finished): only its acceptance counts."""
         self.rounds += 1
-        self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
-        for nodes, seconds in draft_steps:
-            self.log.add_draft(max(1, round(nodes)), seconds)
-        if self.probes and shape.size == self.probes[0]:
+        if timed:
+            self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
+            for nodes, seconds in draft_steps:
+                self.log.add_draft(max(1, round(nodes)), seconds)
+        if timed and self.probes and shape.size == self.probes[0]:
             self.probed += 1
             if self.probed >= TIMED_ROUNDS:
                 self.probes.pop(0)
@@ -655,8 +663,9 @@ class RoundTimer:
         self.drafted = self.now()
 
     def end(self, trees: list, accepted: list, tokens: int) -> None:
-        """Marks the round's end: every row's draft (`trees`) and acceptance walk (`accepted`: `.path`), `tokens`
-        appended over all rows (the loop counts each row's acceptance by depth: `record_depths`)."""
+        """Marks the round's end: every active row's draft (`trees`) and acceptance walk (`accepted`: `.path`),
+        `tokens` appended over all rows (the loop counts each row's acceptance by depth: `record_depths`). Costs are
+        logged from rounds of the whole batch only."""
         end = self.now()
         width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
         drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round
@@ -667,16 +676,20 @@ class RoundTimer:
         if levels > 1:
             steps += [(self.shape.top_k, (self.drafted - self.committed) / (levels - 1))] * (levels - 1)
         mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
-        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width)
-        self.tokens += tokens
-        self.seconds += end - self.started
+        # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
+        full = len(trees) == self.tuner.log.batch_size
+        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, timed=full)
+        if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
+            self.tokens += tokens
+            self.seconds += end - self.started
 
     def save(self) -> None:
         """Keeps the costs measured so far for the next process (`CostLog.save`)."""
         self.tuner.log.save()
 
     def report(self) -> dict:
-        """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one."""
+        """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one (over its
+        rounds of the whole batch)."""
         costs, choice = self.tuner.log.costs(), self.tuner.choice
         plain = costs.batch_size / costs.verify_time(1) if costs is not None else float("nan")
         return {

@@ -235,4 +235,9 @@ MUTANTS = [
         edits=(Edit("shapes_slimspec.py", "if width >= 1 and math.isfinite(seconds) and seconds > 0:", "if True:"),),
         tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
     ),
+    Mutant(
+        name="auto shapes: rounds after rows finished are timed as the whole batch's",
+        edits=(Edit("shapes_slimspec.py", "full = len(trees) == self.tuner.log.batch_size", "full = True"),),
+        tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch",),
+    ),
 ]

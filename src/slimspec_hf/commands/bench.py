@@ -245,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     questions = load_questions(data, args.categories, args.limit, args.dataset)
     target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
     logger.info(runtime_line(target))
+    if "auto" in args.draft_shape:
+        from ..shapes_slimspec import costs_root
+
+        root = costs_root()
+        kept = f"kept in {root} (earlier runs' costs are used)" if root else "not kept (SLIMSPEC_DRAFT_COSTS is off)"
+        logger.info("[auto] measured draft costs: %s", kept)
     drafters = {}
     for i, (path, drafter) in enumerate(zip(args.drafter, loaded)):
         name = args.name[i] if args.name else Path(path).name
