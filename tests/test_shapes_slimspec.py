@@ -295,7 +295,7 @@ def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
 
     tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     drafter = make_tiny_drafter(tiny_target)
-    log = shapes_slimspec.cost_log(tiny_target, drafter, 1)
+    log = shapes_slimspec.cost_log(tiny_target, drafter, 1, 10)
     log.verify, log.draft, log.plain_chosen = tuner.log.verify, tuner.log.draft, tuner.log.plain_chosen
 
     def recheck(accepted: float) -> None:  # one re-check call: it explores, then chooses
@@ -308,17 +308,16 @@ def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
     waits = []
     for _ in range(5):
         calls = 1
-        while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, sampled=False):
+        while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
             calls += 1
         waits.append(calls)
         recheck(accepted=0.0)
     assert waits == [8, 16, 32, 64, 64] and log.plain_chosen[False]
-    assert not shapes_slimspec.plain_is_chosen(
-        tiny_target, drafter, 1, sampled=True
-    )  # sampled calls keep their own count
+    # sampled calls keep their own count
+    assert not shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
     log.rechecked(False, plain=False, again=True)  # a re-check that chose to draft
     calls = 1
-    while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, sampled=False):
+    while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
         calls += 1
     assert calls == 8
 
@@ -342,8 +341,8 @@ def test_one_slow_round_at_a_width_does_not_rule_it_out():
 def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tiny_target):
     """A call's measured costs are written to the cache folder; a new process (its in-memory logs gone) starts
     from them and chooses at its first round, without plain or probing rounds, and where plain decoding won for
-    this drafter its first call decodes plain; another batch size, thread count or drafter architecture keeps its own
-    file; `SLIMSPEC_DRAFT_COSTS=off` keeps none."""
+    this drafter its first call decodes plain; another batch size, thread count, drafter architecture or prompt
+    length bucket keeps its own file; `SLIMSPEC_DRAFT_COSTS=off` keeps none."""
     import weakref
 
     import torch
@@ -358,38 +357,40 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3]])
     tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", max_new_tokens=40, do_sample=False)
     assert drafter.last_generation_stats.draft_shape["shape"] == "plain"
-    key = shapes_slimspec.costs_key(tiny_target, drafter, 1)
+    key = shapes_slimspec.costs_key(tiny_target, drafter, 1, 10)
     path = shapes_slimspec.costs_file(key)
     assert path.parent == tmp_path / "draft_costs" and path.is_file()
-    measured = shapes_slimspec.cost_log(tiny_target, drafter, 1)
+    measured = shapes_slimspec.cost_log(tiny_target, drafter, 1, 10)
     assert len(measured.verify[1]) >= 2 and [p.name for p in path.parent.iterdir()] == [path.name]
 
     monkeypatch.setattr(shapes_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
-    assert shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, sampled=False)  # its first call: plain
-    assert not shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, sampled=True)  # sampled: not chosen yet
+    assert shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
+    assert not shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)  # sampled: not chosen yet
     monkeypatch.setattr(shapes_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     other = make_tiny_drafter(tiny_target, seed=5)  # the same architecture, another drafter: costs, not choices
     other.config._name_or_path = "drafters/other"
-    kept = shapes_slimspec.cost_log(tiny_target, other, 1)
+    kept = shapes_slimspec.cost_log(tiny_target, other, 1, 10)
     assert kept.verify == measured.verify and kept.draft == measured.draft and kept.path == path
-    assert not shapes_slimspec.plain_is_chosen(tiny_target, other, 1, sampled=False)
+    assert not shapes_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
     tuner = ShapeTuner(kept, DepthAcceptance(), start=DraftShape(4, 1, 4))
     tuner.next_shape()
     assert tuner.choice is not None  # chosen at the first round
 
     others = [
-        shapes_slimspec.costs_key(tiny_target, drafter, 4),
-        shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target, head_rank=8), 1),
+        shapes_slimspec.costs_key(tiny_target, drafter, 4, 10),
+        shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target, head_rank=8), 1, 10),
     ]
-    with torch.inference_mode():
-        threads = torch.get_num_threads()
-        torch.set_num_threads(threads + 1)
-        try:
-            others.append(shapes_slimspec.costs_key(tiny_target, drafter, 1))
-        finally:
-            torch.set_num_threads(threads)
-    assert len({shapes_slimspec.costs_file(k) for k in [key, *others]}) == 4
-    assert not shapes_slimspec.cost_log(tiny_target, drafter, 4).verify  # nothing kept for it
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        others.append(shapes_slimspec.costs_key(tiny_target, drafter, 1, 10))
+    finally:
+        torch.set_num_threads(threads)
+    others.append(shapes_slimspec.costs_key(tiny_target, drafter, 1, 1500))  # a longer prompt: dearer rounds
+    assert len({shapes_slimspec.costs_file(k) for k in [key, *others]}) == 5
+    assert shapes_slimspec.costs_key(tiny_target, drafter, 1, 200) == key  # one curve for every short prompt
+    assert [shapes_slimspec.context_bucket(n) for n in (1, 256, 257, 1500, 2048)] == [256, 256, 512, 2048, 2048]
+    assert not shapes_slimspec.cost_log(tiny_target, drafter, 4, 10).verify  # nothing kept for it
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "off")
     assert shapes_slimspec.costs_file(key) is None
 
@@ -399,7 +400,7 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatc
 
     from slimspec_hf import shapes_slimspec
 
-    key = shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target), 1)
+    key = shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target), 1, 10)
     path = tmp_path / "costs.json"
     for text in ("{not json", json.dumps({"format": 1, "key": {**key, "batch_size": 4}}), '{"format": 1}'):
         path.write_text(text, encoding="utf-8")  # unreadable, another key's, incomplete: nothing is loaded

@@ -171,7 +171,8 @@ class SpeculativeDecoder:
         self.cache_name = cache_keyword(target)
         # `draft_shape="auto"`: each round's shape chosen from what the rounds measure (else None); every call counts
         # the drafter's per-depth acceptance it chooses from (and `slimspec bench --save-acceptance` stores)
-        self.timer = round_timer(settings, target, drafter, self.shape, len(self.seqs), self.do_sample)
+        context = self.seqs[0].ids.shape[1]  # the prompts' (padded) length: what every round's cache reads first
+        self.timer = round_timer(settings, target, drafter, self.shape, len(self.seqs), context, self.do_sample)
         self.acceptance = depth_acceptance(drafter, self.do_sample)
         self.proposer.ranks = self.acceptance.max_rank
 
@@ -482,7 +483,7 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     sampled = bool(arguments.get("do_sample", getattr(passed or target.generation_config, "do_sample", False)))
     settings = DraftSettings.resolve(drafter.generation_config, overrides, sampled, batched=batch > 1)
     if settings.draft_shape == "auto":  # plain decoding where this machine's rounds chose it
-        plain = plain_is_chosen(target, drafter, batch, sampled)
+        plain = plain_is_chosen(target, drafter, batch, ids.shape[-1] if isinstance(ids, torch.Tensor) else 0, sampled)
     else:  # a batch this large decodes faster without the drafter
         plain = 0 < settings.draft_max_batch_size < batch
     if plain:

@@ -550,9 +550,18 @@ def architecture(model) -> str:
     return f"{type(model).__name__}-{digest}"
 
 
-def costs_key(target, drafter, batch_size: int) -> dict:
+CONTEXT_BUCKET_MIN = 256  # prompts up to this many tokens share one cost curve; longer ones, one per power of 2
+
+
+def context_bucket(tokens: int) -> int:
+    """The prompt length's bucket: reading a longer KV cache makes every round dearer (at 8 rows of 1,500 tokens a
+    SmolLM2 step costs 3× one of 100), so costs are measured per power of 2 of the prompt's length."""
+    return max(CONTEXT_BUCKET_MIN, 1 << (max(int(tokens), 1) - 1).bit_length())
+
+
+def costs_key(target, drafter, batch_size: int, context: int) -> dict:
     """What a measured cost curve holds for: the two models' architectures and dtypes, the processor, the threads
-    (on a CPU) and the batch size."""
+    (on a CPU), the batch size and the prompt length's bucket (`context_bucket` of `context` tokens)."""
     return {
         "target": architecture(target),
         "drafter": architecture(drafter),
@@ -560,6 +569,7 @@ def costs_key(target, drafter, batch_size: int) -> dict:
         "processor": processor_name(target.device),
         "threads": torch.get_num_threads() if target.device.type == "cpu" else None,
         "batch_size": batch_size,
+        "context": context_bucket(context),
     }
 
 
@@ -571,10 +581,11 @@ def costs_file(key: dict) -> "Path | None":
     return root / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]}.json"
 
 
-def cost_log(target, drafter, batch_size: int) -> CostLog:
-    """The costs measured for `target` with `drafter` at `batch_size` rows (on their device, in their dtypes), by this
-    process and, where they are kept (`costs_file`), by earlier ones on this machine."""
-    key = costs_key(target, drafter, batch_size)
+def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
+    """The costs measured for `target` with `drafter` at `batch_size` rows of prompts `context` tokens long (their
+    bucket; on their device, in their dtypes), by this process and, where they are kept (`costs_file`), by earlier
+    ones on this machine."""
+    key = costs_key(target, drafter, batch_size, context)
     logs = _COSTS.setdefault(target, {})
     chooser = str(getattr(drafter.config, "name_or_path", "") or "")
     name = (json.dumps(key, sort_keys=True), chooser)
@@ -606,12 +617,12 @@ def measured_acceptance(drafter) -> dict:
     return {ACCEPTANCE_MODES[s]: a.as_dict() for s, a in sorted(per_mode.items()) if a.observed(1) > 0}
 
 
-def plain_is_chosen(target, drafter, batch_size: int, sampled: bool) -> bool:
+def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: bool) -> bool:
     """Whether the calls so far (in this process or, where costs are kept, earlier ones) chose plain decoding for
-    `target` and `drafter` at `batch_size` rows, greedy or `sampled`: such calls skip the drafter, but one in
+    `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip the drafter, but one in
     `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64) decodes with it again, so that a
     drafter whose acceptance rises (other prompts, code after chat) gets chosen again."""
-    log = cost_log(target, drafter, batch_size)
+    log = cost_log(target, drafter, batch_size, context)
     if not log.plain_chosen[sampled]:
         return False
     log.plain_calls[sampled] += 1
@@ -622,13 +633,13 @@ def plain_is_chosen(target, drafter, batch_size: int, sampled: bool) -> bool:
     return plain
 
 
-def round_timer(settings, target, drafter, shape, batch_size: int, sampled: bool) -> "RoundTimer | None":
+def round_timer(settings, target, drafter, shape, batch_size: int, context: int, sampled: bool) -> "RoundTimer | None":
     """The `RoundTimer` of a `draft_shape="auto"` call (None for a fixed shape), starting from `shape` (the settings'
     `TreeShape`) with what this process measured for the target at this batch size and for the drafter."""
     if settings.draft_shape != "auto":
         return None
     start = DraftShape(shape.size, shape.depth, shape.top_k)
-    tuner = ShapeTuner(cost_log(target, drafter, batch_size), depth_acceptance(drafter, sampled), start)
+    tuner = ShapeTuner(cost_log(target, drafter, batch_size, context), depth_acceptance(drafter, sampled), start)
     return RoundTimer(tuner, target.device, type(shape))
 
 
@@ -725,6 +736,7 @@ __all__ = [
     "cost_log",
     "costs_file",
     "costs_key",
+    "context_bucket",
     "depth_acceptance",
     "measured_acceptance",
     "plain_is_chosen",

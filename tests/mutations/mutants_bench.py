@@ -210,7 +210,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: one file for every batch size",
-        edits=(Edit("shapes_slimspec.py", '        "batch_size": batch_size,\n    }', "    }"),),
+        edits=(Edit("shapes_slimspec.py", '        "batch_size": batch_size,\n', ""),),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
@@ -239,5 +239,10 @@ MUTANTS = [
         name="auto shapes: rounds after rows finished are timed as the whole batch's",
         edits=(Edit("shapes_slimspec.py", "full = len(trees) == self.tuner.log.batch_size", "full = True"),),
         tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch",),
+    ),
+    Mutant(
+        name="auto shapes: one cost curve for short and long prompts",
+        edits=(Edit("shapes_slimspec.py", '        "context": context_bucket(context),\n', ""),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
 ]
