@@ -267,7 +267,7 @@ def choose_shape(
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
-TIMED_ROUNDS = 2  # rounds timed at a width before it is used to choose (their lower median: one slow round is dropped)
+TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose cost ends the probing is timed again
 
 
 class CostLog:
@@ -406,10 +406,10 @@ class CostLog:
 class ShapeTuner:
     """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
 
-    The first rounds measure what is not yet known at this batch size: plain rounds (width 1), then rounds of
-    `probe_sizes` nodes (the best shape of each size under the acceptance known so far), each width timed
-    `TIMED_ROUNDS` times, widest last, stopping at the first width that costs more than the most tokens a round could
-    yield there. From then on every `every` rounds the best candidate is chosen again from the measured costs
+    The first rounds measure what is not yet known at this batch size: `TIMED_ROUNDS` plain rounds (width 1), then
+    rounds of `probe_sizes` nodes (the best shape of each size under the acceptance known so far), widest last,
+    stopping at the first width that costs more than the most tokens a round could yield there — after timing that
+    width once more (costs are lower medians: one slow round does not end the probing). From then on every `every` rounds the best candidate is chosen again from the measured costs
     (`CostLog`, shared by every call at this batch size and kept on disk for the next process: `costs_file`),
     the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
     how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
@@ -425,8 +425,8 @@ class ShapeTuner:
         top_ks: tuple[int, ...] = (2, 4, 8),
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
-        self.probes = [size for size in probe_sizes if len(log.verify.get(size + 1, ())) < TIMED_ROUNDS]
-        self.probed = 0  # rounds of the current probe so far
+        self.probes = [size for size in probe_sizes if size + 1 not in log.verify]
+        self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
         self.shape, self.rounds = start, 0
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
@@ -445,8 +445,11 @@ class ShapeTuner:
             return DraftShape()
         if self.probes:
             probe = self.best_of_size(self.probes[0])
-            if self.probed or self.may_pay(probe):  # a probe started is timed `TIMED_ROUNDS` times
+            if self.may_pay(probe):
                 return probe
+            if self.retry is not None:  # the last probe's one round says stop: time it once more first
+                retry, self.retry = self.best_of_size(self.retry), None
+                return retry
             self.probes.clear()  # wider rounds cost more still: none of them can pay here
         if self.choice is None or self.rounds % self.every == 0:
             costs = self.log.costs()
@@ -496,10 +499,7 @@ class ShapeTuner:
             for nodes, seconds in draft_steps:
                 self.log.add_draft(max(1, round(nodes)), seconds)
         if timed and self.probes and shape.size == self.probes[0]:
-            self.probed += 1
-            if self.probed >= TIMED_ROUNDS:
-                self.probes.pop(0)
-                self.probed = 0
+            self.retry = self.probes.pop(0)
         if not shape.is_plain:
             self.predicted += expected_tokens(shape, self.acceptance) - 1.0
             self.accepted += accepted
