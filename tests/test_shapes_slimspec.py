@@ -5,11 +5,10 @@ import random
 
 import pytest
 
+from slimspec_hf.costs_slimspec import CostLog, RoundCosts
 from slimspec_hf.shapes_slimspec import (
-    CostLog,
     DepthAcceptance,
     DraftShape,
-    RoundCosts,
     ShapeTuner,
     candidate_shapes,
     choose_shape,
@@ -291,11 +290,11 @@ def test_a_recheck_call_drafts_again_before_it_settles():
 def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
     """Calls after plain decoding won skip the drafter; one in 8 re-checks it, then one in 16, 32, 64 while each
     re-check chooses plain again; a re-check that drafts brings the wait back to 8."""
-    from slimspec_hf import shapes_slimspec
+    from slimspec_hf import costs_slimspec
 
     tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     drafter = make_tiny_drafter(tiny_target)
-    log = shapes_slimspec.cost_log(tiny_target, drafter, 1, 10)
+    log = costs_slimspec.cost_log(tiny_target, drafter, 1, 10)
     log.verify, log.draft, log.plain_chosen = tuner.log.verify, tuner.log.draft, tuner.log.plain_chosen
 
     def recheck(accepted: float) -> None:  # one re-check call: it explores, then chooses
@@ -308,16 +307,16 @@ def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
     waits = []
     for _ in range(5):
         calls = 1
-        while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
+        while costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
             calls += 1
         waits.append(calls)
         recheck(accepted=0.0)
     assert waits == [8, 16, 32, 64, 64] and log.plain_chosen[False]
     # sampled calls keep their own count
-    assert not shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
+    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
     log.rechecked(False, plain=False, again=True)  # a re-check that chose to draft
     calls = 1
-    while shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
+    while costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
         calls += 1
     assert calls == 8
 
@@ -347,68 +346,68 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 
     import torch
 
-    from slimspec_hf import shapes_slimspec
+    from slimspec_hf import costs_slimspec
 
     monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
-    monkeypatch.setattr(shapes_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     drafter = make_tiny_drafter(tiny_target)  # random: accepts almost nothing, so plain decoding wins
     drafter.config._name_or_path = "drafters/tiny"
     ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3]])
     tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", max_new_tokens=40, do_sample=False)
     assert drafter.last_generation_stats.draft_shape["shape"] == "plain"
-    key = shapes_slimspec.costs_key(tiny_target, drafter, 1, 10)
-    path = shapes_slimspec.costs_file(key)
+    key = costs_slimspec.costs_key(tiny_target, drafter, 1, 10)
+    path = costs_slimspec.costs_file(key)
     assert path.parent == tmp_path / "draft_costs" and path.is_file()
-    measured = shapes_slimspec.cost_log(tiny_target, drafter, 1, 10)
+    measured = costs_slimspec.cost_log(tiny_target, drafter, 1, 10)
     assert len(measured.verify[1]) >= 2 and [p.name for p in path.parent.iterdir()] == [path.name]
 
-    monkeypatch.setattr(shapes_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
-    assert shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
-    assert not shapes_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)  # sampled: not chosen yet
-    monkeypatch.setattr(shapes_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
+    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
+    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)  # sampled: not chosen yet
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     other = make_tiny_drafter(tiny_target, seed=5)  # the same architecture, another drafter: costs, not choices
     other.config._name_or_path = "drafters/other"
-    kept = shapes_slimspec.cost_log(tiny_target, other, 1, 10)
+    kept = costs_slimspec.cost_log(tiny_target, other, 1, 10)
     assert kept.verify == measured.verify and kept.draft == measured.draft and kept.path == path
-    assert not shapes_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
+    assert not costs_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
     tuner = ShapeTuner(kept, DepthAcceptance(), start=DraftShape(4, 1, 4))
     tuner.next_shape()
     assert tuner.choice is not None  # chosen at the first round
 
     others = [
-        shapes_slimspec.costs_key(tiny_target, drafter, 4, 10),
-        shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target, head_rank=8), 1, 10),
+        costs_slimspec.costs_key(tiny_target, drafter, 4, 10),
+        costs_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target, head_rank=8), 1, 10),
     ]
     threads = torch.get_num_threads()
     torch.set_num_threads(threads + 1)
     try:
-        others.append(shapes_slimspec.costs_key(tiny_target, drafter, 1, 10))
+        others.append(costs_slimspec.costs_key(tiny_target, drafter, 1, 10))
     finally:
         torch.set_num_threads(threads)
-    others.append(shapes_slimspec.costs_key(tiny_target, drafter, 1, 1500))  # a longer prompt: dearer rounds
-    assert len({shapes_slimspec.costs_file(k) for k in [key, *others]}) == 5
-    assert shapes_slimspec.costs_key(tiny_target, drafter, 1, 200) == key  # one curve for every short prompt
-    assert [shapes_slimspec.context_bucket(n) for n in (1, 256, 257, 1500, 2048)] == [256, 256, 512, 2048, 2048]
-    assert not shapes_slimspec.cost_log(tiny_target, drafter, 4, 10).verify  # nothing kept for it
+    others.append(costs_slimspec.costs_key(tiny_target, drafter, 1, 1500))  # a longer prompt: dearer rounds
+    assert len({costs_slimspec.costs_file(k) for k in [key, *others]}) == 5
+    assert costs_slimspec.costs_key(tiny_target, drafter, 1, 200) == key  # one curve for every short prompt
+    assert [costs_slimspec.context_bucket(n) for n in (1, 256, 257, 1500, 2048)] == [256, 256, 512, 2048, 2048]
+    assert not costs_slimspec.cost_log(tiny_target, drafter, 4, 10).verify  # nothing kept for it
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "off")
-    assert shapes_slimspec.costs_file(key) is None
+    assert costs_slimspec.costs_file(key) is None
 
 
 def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatch, tmp_path, tiny_target, caplog):
     import json
 
-    from slimspec_hf import shapes_slimspec
+    from slimspec_hf import costs_slimspec
 
-    key = shapes_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target), 1, 10)
+    key = costs_slimspec.costs_key(tiny_target, make_tiny_drafter(tiny_target), 1, 10)
     path = tmp_path / "costs.json"
     for text in ("{not json", json.dumps({"format": 1, "key": {**key, "batch_size": 4}}), '{"format": 1}'):
         path.write_text(text, encoding="utf-8")  # unreadable, another key's, incomplete: nothing is loaded
-        log = shapes_slimspec.CostLog(1, path=path, key=key).load()
+        log = costs_slimspec.CostLog(1, path=path, key=key).load()
         assert not log.verify and not log.draft
     stored = {"format": 1, "key": key, "verify": {"1": [0.1, -1.0, float("nan")], "0": [0.2]}, "draft": {"1": [0.01]}}
     path.write_text(json.dumps(stored), encoding="utf-8")
-    log = shapes_slimspec.CostLog(1, path=path, key=key).load()
+    log = costs_slimspec.CostLog(1, path=path, key=key).load()
     assert log.verify == {1: [0.1]} and log.draft == {1: [0.01]}  # impossible values dropped
     blocked = tmp_path / "file"
     blocked.write_text("", encoding="utf-8")
@@ -420,7 +419,7 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatc
     log.path = tmp_path / "kept" / "x.json"
     log.save()
     assert [p.name for p in log.path.parent.iterdir()] == ["x.json"]  # no temporary file left behind
-    assert shapes_slimspec.CostLog(1, path=log.path, key=key).load().verify == {1: [0.1]}
+    assert costs_slimspec.CostLog(1, path=log.path, key=key).load().verify == {1: [0.1]}
     # a write cut short (disk full, killed) leaves the kept file as it was
     write_text = type(log.path).write_text
 
@@ -432,7 +431,7 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatc
     monkeypatch.setattr(type(log.path), "write_text", cut_short)
     log.save()
     monkeypatch.undo()
-    assert shapes_slimspec.CostLog(1, path=tmp_path / "kept" / "x.json", key=key).load().verify == {1: [0.1]}
+    assert costs_slimspec.CostLog(1, path=tmp_path / "kept" / "x.json", key=key).load().verify == {1: [0.1]}
     assert [p.name for p in (tmp_path / "kept").iterdir()] == ["x.json"]  # the half-written copy removed
 
 

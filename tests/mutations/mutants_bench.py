@@ -130,7 +130,7 @@ MUTANTS = [
         name="auto shapes: re-checks stay one call in 8 however often they choose plain again",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "costs_slimspec.py",
                 "min(2 * self.recheck_every[sampled], RECHECK_MOST)",
                 "self.recheck_every[sampled]",
             ),
@@ -141,7 +141,7 @@ MUTANTS = [
         name="auto shapes: a choice that drafts leaves the re-check wait as long as it grew",
         edits=(
             Edit(
-                "shapes_slimspec.py", "            self.recheck_every[sampled] = RECHECK_EVERY\n", "            pass\n"
+                "costs_slimspec.py", "            self.recheck_every[sampled] = RECHECK_EVERY\n", "            pass\n"
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
@@ -170,7 +170,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: measured curves keep a slow round instead of pooling it with its neighbours",
-        edits=(Edit("shapes_slimspec.py", "while len(pools) > 1 and pools[-2][1] > pools[-1][1]:", "while False:"),),
+        edits=(Edit("costs_slimspec.py", "while len(pools) > 1 and pools[-2][1] > pools[-1][1]:", "while False:"),),
         tests=(
             "tests/test_shapes_slimspec.py::"
             "test_a_measured_curve_pools_a_slow_round_instead_of_raising_every_wider_width",
@@ -180,7 +180,7 @@ MUTANTS = [
         name="auto shapes: a width's cost is the upper median of its rounds",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "costs_slimspec.py",
                 "sorted(table[w])[(len(table[w]) - 1) // 2]",
                 "sorted(table[w])[len(table[w]) // 2]",
             ),
@@ -204,34 +204,34 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: kept costs are not read back",
-        edits=(Edit("shapes_slimspec.py", ").load()\n    return logs[name]", ")\n    return logs[name]"),),
+        edits=(Edit("costs_slimspec.py", ").load()\n    return logs[name]", ")\n    return logs[name]"),),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
         name="auto shapes: one file for every batch size",
-        edits=(Edit("shapes_slimspec.py", '        "batch_size": batch_size,\n', ""),),
+        edits=(Edit("costs_slimspec.py", '        "batch_size": batch_size,\n', ""),),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
         name="auto shapes: a drafter inherits another's plain choices",
-        edits=(Edit("shapes_slimspec.py", ' and choices.get("chooser") == self.chooser', ""),),
+        edits=(Edit("costs_slimspec.py", ' and choices.get("chooser") == self.chooser', ""),),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
         name="auto shapes: kept costs are written in place (a reader may see half a file)",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "costs_slimspec.py",
                 'partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")',
                 "partial = self.path",
             ),
-            Edit("shapes_slimspec.py", "            os.replace(partial, self.path)\n", ""),
+            Edit("costs_slimspec.py", "            os.replace(partial, self.path)\n", ""),
         ),
         tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
     ),
     Mutant(
         name="auto shapes: impossible kept times are loaded",
-        edits=(Edit("shapes_slimspec.py", "if width >= 1 and math.isfinite(seconds) and seconds > 0:", "if True:"),),
+        edits=(Edit("costs_slimspec.py", "if width >= 1 and math.isfinite(seconds) and seconds > 0:", "if True:"),),
         tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
     ),
     Mutant(
@@ -241,7 +241,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: one cost curve for short and long prompts",
-        edits=(Edit("shapes_slimspec.py", '        "context": context_bucket(context),\n', ""),),
+        edits=(Edit("costs_slimspec.py", '        "context": context_bucket(context),\n', ""),),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(

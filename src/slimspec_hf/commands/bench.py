@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     target, tokenizer, loaded = load_models(args.target, args.drafter, args.dtype, args.device, args.threads)
     logger.info(runtime_line(target))
     if "auto" in args.draft_shape:
-        from ..shapes_slimspec import costs_root
+        from ..costs_slimspec import costs_root
 
         root = costs_root()
         kept = f"kept in {root} (earlier runs' costs are used)" if root else "not kept (SLIMSPEC_DRAFT_COSTS is off)"
