@@ -8,6 +8,7 @@ length, in the package's cache folder).
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
 
+import functools
 import hashlib
 import json
 import logging
@@ -205,7 +206,13 @@ def costs_root() -> "Path | None":
 
 
 def processor_name(device: torch.device) -> str:
-    """The accelerator's name, or the CPU's model name (/proc/cpuinfo, else `platform`)."""
+    """The accelerator's name, or the CPU's model name (/proc/cpuinfo, else `platform`); read once per device."""
+    return _processor_name(str(device))
+
+
+@functools.lru_cache(maxsize=8)
+def _processor_name(name: str) -> str:
+    device = torch.device(name)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:
