@@ -537,3 +537,85 @@ def test_depths_are_counted_below_the_nodes_the_drafter_ranked():
     assert acceptance.counts[0][:4] == [2.0, 0.0, 0.0, 0.0]
     assert acceptance.counts[1][:4] == [0.0, 1.0, 0.0, 1.0]
     assert acceptance.counts[2][:4] == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_a_sampled_round_counts_which_draw_was_accepted():
+    """Draws are tested in the order drawn: the first draw of the token emitted is the one accepted (a rejected
+    draw's token keeps no mass), a token no draw holds means all were rejected, and a lookup draft accepted before
+    the draws says nothing of them."""
+    import torch
+
+    from slimspec_hf.drafting_slimspec import DraftTree, Proposal
+    from slimspec_hf.shapes_slimspec import record_depths
+
+    q = torch.ones(1)
+    tree = DraftTree()
+    seven, a = tree.add(7, -1, -0.1), tree.add(11, -1, -0.2)
+    b, c = tree.add(20, a, -0.3), tree.add(21, a, -0.4)
+    tree.proposals = {
+        -1: [Proposal(7, seven, q), Proposal(11, a, q), Proposal(7, seven, q)],
+        a: [Proposal(20, b, q), Proposal(21, c, q)],
+    }
+    acceptance = DepthAcceptance(max_rank=4, max_depth=3, prior_weight=0.0, draws=True)
+    record_depths(acceptance, tree, path=[a], token=99, sampled=True)  # draw 2 of 3, then neither of 2
+    record_depths(acceptance, tree, path=[], token=7, sampled=True)  # the pruned draw 1 of 3 (round ends there)
+    assert acceptance.counts[0] == [1.0, 1.0, 0.0, 0.0, 0.0] and acceptance.censored[1] == [0.0, 1.0, 0.0, 0.0]
+    tree.proposals[-1].insert(0, Proposal(11, a, None))  # a lookup draft, tested first
+    record_depths(acceptance, tree, path=[a], token=99, sampled=True)
+    assert acceptance.observed(1) == 2.0 and acceptance.observed(2) == 1.0
+
+
+def test_sampled_coverage_reads_each_draws_measured_acceptance():
+    """m draws cover what their measured acceptance says, not 1 - (1 - c)^m: rounds of 4 draws accepting 40% at the
+    first and 10 of the 60 left at the second cover 0.5 with 2 to 4 draws; rounds of one draw say nothing of later
+    ones (each later draw takes the first one's rate); a stored sampled measurement without `censored` reads as one
+    draw a round."""
+    acceptance = DepthAcceptance(max_rank=4, max_depth=1, prior_weight=0.0, draws=True)
+    for accepted, rounds in ((1, 40), (2, 10), (None, 50)):
+        for _ in range(rounds):
+            acceptance.add_draw(1, accepted, drawn=4)
+    assert [acceptance.coverage(1, m) for m in range(5)] == pytest.approx([0.0, 0.4, 0.5, 0.5, 0.5])
+    chains = DepthAcceptance(max_rank=4, max_depth=1, prior_weight=0.0, draws=True)
+    for accepted, rounds in ((1, 40), (None, 60)):
+        for _ in range(rounds):
+            chains.add_draw(1, accepted, drawn=1)
+    assert chains.coverage(1, 2) == pytest.approx(1 - 0.6**2) and chains.coverage(1, 6) == pytest.approx(1 - 0.6**6)
+    kept = DepthAcceptance.from_dict(acceptance.as_dict(), draws=True, prior_weight=0.0)
+    assert kept.coverage(1, 3) == pytest.approx(0.5)
+    stored = DepthAcceptance.from_dict({"max_rank": 2, "counts": [[30.0, 0.0, 70.0]]}, draws=True, prior_weight=0.0)
+    assert stored.coverage(1, 1) == pytest.approx(0.3) and stored.censored == [[70.0, 0.0]]
+
+
+def test_a_new_prompt_length_borrows_the_costs_measured_at_another(monkeypatch, tmp_path, tiny_target):
+    """A prompt length with no wider rounds of its own takes the nearest measured one's costs, scaled by the two
+    plain rounds' ratio, and probes only the widths no prompt length measured; its own measurements win; the other
+    length's costs are read from the kept file in a new process."""
+    import weakref
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter = make_tiny_drafter(tiny_target)
+    short = costs_slimspec.cost_log(tiny_target, drafter, 1, 10)  # prompts up to 256 tokens
+    for width in (1, 2, 4, 8, 16):
+        short.add_verify(width, 0.1 + 0.01 * (width - 1))
+    short.add_draft(1, 0.005)
+    far = costs_slimspec.cost_log(tiny_target, drafter, 1, 5000)  # the 8192 bucket: farther from 1024 than 256
+    for width, seconds in ((1, 1.0), (2, 1.0)):
+        far.add_verify(width, seconds)
+    far.add_draft(1, 0.05)
+    long = costs_slimspec.cost_log(tiny_target, drafter, 1, 600)  # the 1024 bucket
+    assert long.costs() is None  # its plain rounds come first
+    assert ShapeTuner(long, DepthAcceptance(), start=DraftShape(4, 1, 4)).probes == [31, 63]
+    long.add_verify(1, 0.2)
+    costs = long.costs()
+    assert costs.verify[7] == pytest.approx(2 * 0.17) and costs.draft[0] == pytest.approx(0.005)
+    long.add_verify(8, 0.4)  # its own measurement wins
+    assert long.costs().verify[7] == pytest.approx(0.4) and long.costs().verify[15] == pytest.approx(0.5)
+    short.save()
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
+    fresh = costs_slimspec.cost_log(tiny_target, drafter, 1, 600)
+    fresh.add_verify(1, 0.3)
+    assert fresh.costs().verify[3] == pytest.approx(3 * 0.13)

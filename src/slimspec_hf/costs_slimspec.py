@@ -79,6 +79,7 @@ class CostLog:
         self.recheck_every = {False: RECHECK_EVERY, True: RECHECK_EVERY}
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
+        self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
 
     def add(self, table: dict, width: int, seconds: float) -> None:
         times = table.setdefault(int(width), [])
@@ -169,7 +170,7 @@ class CostLog:
         their observations, so one slow round does not raise every wider width), linear between measured widths."""
         pools = []  # [width, value, weight] per measured width, then merged where the values decrease
         for w in sorted(w for w, t in table.items() if t):
-            pools.append([[w], sorted(table[w])[(len(table[w]) - 1) // 2], len(table[w])])  # the lower median
+            pools.append([[w], CostLog.lower_median(table[w]), len(table[w])])
             while len(pools) > 1 and pools[-2][1] > pools[-1][1]:
                 (ws, v, n), (ws2, v2, n2) = pools[-2], pools.pop()
                 pools[-1] = [ws + ws2, (v * n + v2 * n2) / (n + n2), n + n2]
@@ -186,11 +187,41 @@ class CostLog:
             values.append(best)
         return tuple(values)
 
+    def borrowed(self) -> "CostLog | None":
+        """The log of the nearest other prompt length (`related`) that measured wider rounds: its costs stand in for
+        the widths not measured here (`costs`)."""
+        others = [log for log in self.related if log.verify.get(1) and len(log.verify) > 1]
+        here = (self.key or {}).get("context", CONTEXT_BUCKET_MIN)
+
+        def distance(log):
+            return abs(math.log2((log.key or {}).get("context", CONTEXT_BUCKET_MIN) / here)), -len(log.verify)
+
+        return min(others, key=distance, default=None)
+
+    def widths(self) -> set[int]:
+        """The verification widths whose cost is known here: measured, or borrowed (`costs`)."""
+        other = self.borrowed()
+        return set(self.verify) | (set(other.verify) if other is not None else set())
+
     def costs(self) -> RoundCosts | None:
-        """The measured curves, or None before one plain round (width 1) and one drafter step were seen."""
-        if 1 not in self.verify or not self.draft:
+        """The measured curves, or None before one plain round (width 1) and one drafter step were seen.
+
+        A width not measured at this prompt length takes the nearest measured one's cost (`borrowed`), scaled by the
+        two plain rounds' ratio (a longer prompt makes every width dearer, about alike), and a drafter step not
+        measured here its cost there: a new prompt length needs its plain rounds only, not its own probing."""
+        verify, draft = self.verify, self.draft
+        other = self.borrowed()
+        if other is not None and verify.get(1):
+            scale = self.lower_median(verify[1]) / self.lower_median(other.verify[1])
+            verify = {**{w: [t * scale for t in times] for w, times in other.verify.items() if times}, **verify}
+            draft = {**{w: times for w, times in other.draft.items() if times}, **draft}
+        if 1 not in verify or not draft:
             return None
-        return RoundCosts(self.batch_size, self.curve(self.verify), self.curve(self.draft))
+        return RoundCosts(self.batch_size, self.curve(verify), self.curve(draft))
+
+    @staticmethod
+    def lower_median(times: list[float]) -> float:
+        return sorted(times)[(len(times) - 1) // 2]
 
 
 COSTS_FORMAT = 1  # the layout of a `costs_file`
@@ -237,6 +268,7 @@ def architecture(model) -> str:
 
 
 CONTEXT_BUCKET_MIN = 256  # prompts up to this many tokens share one cost curve; longer ones, one per power of 2
+CONTEXT_BUCKETS = tuple(CONTEXT_BUCKET_MIN << i for i in range(10))  # the buckets looked up for borrowed costs
 
 
 def context_bucket(tokens: int) -> int:
@@ -276,7 +308,19 @@ def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
     chooser = str(getattr(drafter.config, "name_or_path", "") or "")
     name = (json.dumps(key, sort_keys=True), chooser)
     if name not in logs:
-        logs[name] = CostLog(batch_size, path=costs_file(key), key=key, chooser=chooser).load()
+        log = logs[name] = CostLog(batch_size, path=costs_file(key), key=key, chooser=chooser).load()
+        for bucket in CONTEXT_BUCKETS:  # the other prompt lengths' logs, in this process or kept: `CostLog.borrowed`
+            if bucket == key["context"]:
+                continue
+            other_key = {**key, "context": bucket}
+            other_name = (json.dumps(other_key, sort_keys=True), chooser)
+            if other_name not in logs:
+                path = costs_file(other_key)
+                if path is None or not path.is_file():
+                    continue
+                logs[other_name] = CostLog(batch_size, path=path, key=other_key, chooser=chooser).load()
+            logs[other_name].related.append(log)
+            log.related.append(logs[other_name])
     return logs[name]
 
 

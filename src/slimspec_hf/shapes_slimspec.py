@@ -13,8 +13,8 @@ further level over `top_k` nodes per row) and yields, per row,
     E(s) = 1 + Σ_{i=1..depth} Π_{j≤i} c_j(m_j)
 
 tokens, where c_j(m) is the probability that the target's token at depth j is among the drafter's m likeliest there
-(the path before it held) and m_j the children of the true path's node at depth j that the tree keeps (its `size`
-nodes spread over the depths where they add most). Plain decoding yields one token per row for T_verify(B, 1). The
+(sampling: that one of the drafter's first m draws there is accepted; the path before it held) and m_j the children
+of the true path's node at depth j that the tree keeps (its `size` nodes spread over the depths where they add most). Plain decoding yields one token per row for T_verify(B, 1). The
 shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
@@ -79,18 +79,26 @@ def candidate_shapes(max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] 
 class DepthAcceptance:
     """The drafter's per-depth acceptance: at depth j (1-based), how often the target's token was the drafter's
     m-th likeliest (m = 1..`max_rank`) or further down, counted over rounds whose path reached depth j. Starts from
-    a `prior` worth `prior_weight` rounds per depth; `add` counts a round's observations."""
+    a `prior` worth `prior_weight` rounds per depth; `add` counts a round's observations.
+
+    Sampling (`draws`): the draws at a node are tested in the order drawn, so `counts[j][m - 1]` counts rounds whose
+    m-th draw was accepted and `censored[j][n - 1]` rounds whose n draws were all rejected (`add_draw`). A round
+    with fewer draws says nothing about the later ones: c(m) = 1 - Π_{i≤m} (1 - h_i), each draw's acceptance h_i
+    measured over the rounds that tested an i-th draw (h_1's prior is `prior[0]`, each later draw's is h_1)."""
 
     max_rank: int = 8
     max_depth: int = 8
     prior: tuple[float, ...] = (0.6, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01)  # P(rank m) at any depth
     prior_weight: float = 4.0
     counts: list[list[float]] = field(default_factory=list)  # [depth][rank], rank max_rank = not among them
-    draws: bool = False  # sampling: rank 1 counts an accepted draw; m draws cover 1 - (1 - c(1))^m
+    draws: bool = False  # sampling: ranks are draws in test order, and rounds that drew fewer are `censored`
+    censored: list[list[float]] = field(default_factory=list)  # [depth][n - 1]: rounds whose n draws all failed
 
     def __post_init__(self):
         if not self.counts:
             self.counts = [[0.0] * (self.max_rank + 1) for _ in range(self.max_depth)]
+        if not self.censored:
+            self.censored = [[0.0] * self.max_rank for _ in self.counts]
 
     def add(self, depth: int, rank: int | None) -> None:
         """One observation: the target's token at `depth` was the drafter's `rank`-th likeliest (1-based; None or
@@ -99,40 +107,81 @@ class DepthAcceptance:
             slot = self.max_rank if rank is None or rank > self.max_rank else rank - 1
             self.counts[depth - 1][slot] += 1.0
 
+    def add_draw(self, depth: int, accepted: int | None, drawn: int) -> None:
+        """Sampling: at `depth`, the `accepted`-th of `drawn` draws was accepted (1-based; None: all rejected)."""
+        if not 1 <= depth <= self.max_depth or drawn < 1:
+            return
+        if accepted is None:
+            self.censored[depth - 1][min(drawn, self.max_rank) - 1] += 1.0
+        else:
+            self.add(depth, accepted)
+
     def observed(self, depth: int) -> float:
-        return sum(self.counts[depth - 1]) if 1 <= depth <= self.max_depth else 0.0
+        if not 1 <= depth <= self.max_depth:
+            return 0.0
+        return sum(self.counts[depth - 1]) + sum(self.censored[depth - 1])
 
     def coverage(self, depth: int, m: int) -> float:
-        """c_depth(m): the probability that the target's token at `depth` is among the drafter's m likeliest."""
+        """c_depth(m): the probability that the target's token at `depth` is among the drafter's m likeliest
+        (sampling: that one of its first m draws there is accepted)."""
         if m <= 0:
             return 0.0
-        if self.draws and m > 1:
-            return 1.0 - (1.0 - self.coverage(depth, 1)) ** m
+        if self.draws:
+            return self.draw_coverage(depth, m)
         row = self.counts[min(depth, self.max_depth) - 1]
         m = min(m, self.max_rank)
         prior = list(self.prior[: self.max_rank]) + [0.0] * (self.max_rank - len(self.prior))
         hits = sum(row[:m]) + self.prior_weight * sum(prior[:m])
         return hits / (sum(row) + self.prior_weight * 1.0)
 
+    def draw_coverage(self, depth: int, m: int) -> float:
+        """Sampling's c_depth(m) from each draw's measured acceptance (see the class)."""
+        j = min(depth, self.max_depth) - 1
+        row, censored = self.counts[j], self.censored[j]
+        missed, first, hazard = 1.0, 0.0, 0.0
+        for i in range(1, m + 1):
+            if i <= self.max_rank:  # past the ranks kept, each further draw as the last one kept
+                tested = sum(row[i - 1 :]) + sum(censored[i - 1 :])  # rounds that tested an i-th draw
+                prior = self.prior[0] if i == 1 else first
+                weight = tested + self.prior_weight
+                hazard = (row[i - 1] + self.prior_weight * prior) / weight if weight > 0 else prior
+                first = hazard if i == 1 else first
+            missed *= 1.0 - hazard
+        return 1.0 - missed
+
     def as_dict(self) -> dict:
-        return {"max_rank": self.max_rank, "counts": [[round(c, 2) for c in row] for row in self.counts]}
+        values = {"max_rank": self.max_rank, "counts": [[round(c, 2) for c in row] for row in self.counts]}
+        if self.draws:
+            values["censored"] = [[round(c, 2) for c in row] for row in self.censored]
+        return values
 
     @classmethod
     def from_dict(cls, values, weight: float | None = None, **kwargs) -> "DepthAcceptance":
         """From `as_dict()`'s form; with `weight`, each depth's counts scaled down to at most that many rounds (a
-        stored measurement that the running call's own rounds soon outweigh)."""
+        stored measurement that the running call's own rounds soon outweigh). A sampled measurement without
+        `censored` (counted as accepted or not per depth) reads as one draw a round."""
         try:
             max_rank, counts = int(values["max_rank"]), [[float(c) for c in row] for row in values["counts"]]
             if max_rank < 1 or not counts or any(len(row) != max_rank + 1 or min(row) < 0 for row in counts):
                 raise ValueError
-        except (KeyError, TypeError, ValueError):
+            censored = [[float(c) for c in row] for row in values.get("censored") or []]
+            if censored and (len(censored) != len(counts) or any(len(r) != max_rank or min(r) < 0 for r in censored)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(
                 f"`draft_acceptance`: expected {{'max_rank': m, 'counts': [[m + 1 counts >= 0] per depth]}}, got "
                 f"{str(values)[:80]}; measure it again (`slimspec bench --save-acceptance`) or remove it."
             ) from None
+        if kwargs.get("draws") and not censored:  # accepted (rank 1) or not, one draw a round
+            censored = [[row[max_rank]] + [0.0] * (max_rank - 1) for row in counts]
+            counts = [[*row[:max_rank], 0.0] for row in counts]
+        censored = censored or [[0.0] * max_rank for _ in counts]
         if weight is not None:
-            counts = [[c * min(1.0, weight / sum(row)) if sum(row) else c for c in row] for row in counts]
-        return cls(max_rank=max_rank, max_depth=len(counts), counts=counts, **kwargs)
+            totals = [sum(row) + sum(cut) for row, cut in zip(counts, censored)]
+            scales = [min(1.0, weight / total) if total else 1.0 for total in totals]
+            counts = [[c * k for c in row] for row, k in zip(counts, scales)]
+            censored = [[c * k for c in row] for row, k in zip(censored, scales)]
+        return cls(max_rank=max_rank, max_depth=len(counts), counts=counts, censored=censored, **kwargs)
 
 
 def tokens_by_size(acceptance: DepthAcceptance, depth: int, top_k: int, max_size: int) -> list[float]:
@@ -236,11 +285,13 @@ TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose co
 class ShapeTuner:
     """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
 
-    The first rounds measure what is not yet known at this batch size: `TIMED_ROUNDS` plain rounds (width 1), then
-    rounds of `probe_sizes` nodes (the best shape of each size under the acceptance known so far), widest last,
+    The first rounds measure what is not yet known at this batch size and prompt length: `TIMED_ROUNDS` plain rounds
+    (width 1), then rounds of the `probe_sizes` whose width no prompt length measured yet (`CostLog.costs` scales
+    another prompt length's costs), each the best shape of its size under the acceptance known so far, widest last,
     stopping at the first width that costs more than the most tokens a round could yield there — after timing that
-    width once more (costs are lower medians: one slow round does not end the probing). From then on every `every` rounds the best candidate is chosen again from the measured costs
-    (`CostLog`, shared by every call at this batch size and kept on disk for the next process: `costs_file`),
+    width once more (costs are lower medians: one slow round does not end the probing). From then on every `every`
+    rounds the best candidate is chosen again from the measured costs (`CostLog`, shared by every call at this
+    batch size and prompt length and kept on disk for the next process: `costs_file`),
     the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
     how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
     code after chat) moves the choice."""
@@ -255,7 +306,7 @@ class ShapeTuner:
         top_ks: tuple[int, ...] = (2, 4, 8),
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
-        self.probes = [size for size in probe_sizes if size + 1 not in log.verify]
+        self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
         self.shape, self.rounds = start, 0
         self.predicted = self.accepted = 0.0
@@ -284,8 +335,7 @@ class ShapeTuner:
         if self.choice is None or self.rounds % self.every == 0:
             costs = self.log.costs()
             if costs is not None:
-                widest = max(self.log.verify) - 1
-                candidates = candidate_shapes(widest, self.acceptance.max_depth, self.top_ks)
+                candidates = candidate_shapes(len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks)
                 self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
@@ -304,8 +354,7 @@ class ShapeTuner:
         costs = self.log.costs()
         if costs is None:
             return True
-        widest = max(self.log.verify)
-        return costs.verify_time(widest) < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
+        return costs.verify_time(len(costs.verify)) < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
 
     def best_of_size(self, size: int) -> DraftShape:
         shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
@@ -443,15 +492,19 @@ class RoundTimer:
 
 def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int, sampled: bool) -> None:
     """Counts one row's verified round in `acceptance`: at each depth the target reached below a node the drafter
-    expanded, the rank of the target's token among the drafter's children there (greedy: `tree.ranked`), or whether a
-    draw was accepted (sampling: `tree.proposals`)."""
+    expanded, the rank of the target's token among the drafter's children there (greedy: `tree.ranked`), or which of
+    the drafter's draws was accepted (sampling: `tree.proposals`, tested in order). A draw rejected there leaves the
+    target no mass on its token, so the first draw of the token emitted is the one accepted, and a token emitted that
+    no draw holds means every draw was rejected; a lookup draft accepted before the draws says nothing of them."""
     node, tokens = -1, [tree.tokens[n] for n in path] + [token]
     for depth, target_token in enumerate(tokens, start=1):
         if sampled:
-            drawn = [p for p in tree.proposals.get(node, []) if p.q is not None]
-            if not drawn:
+            proposals = tree.proposals.get(node, [])
+            drawn = [p.token for p in proposals if p.q is not None]
+            if not drawn or any(p.q is None and p.token == target_token for p in proposals):
                 return
-            acceptance.add(depth, 1 if depth <= len(path) else None)
+            at = drawn.index(target_token) + 1 if target_token in drawn else None
+            acceptance.add_draw(depth, at, len(drawn))
         else:
             children = tree.ranked.get(node)
             if children is None:

@@ -181,8 +181,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "sorted(table[w])[(len(table[w]) - 1) // 2]",
-                "sorted(table[w])[len(table[w]) // 2]",
+                "return sorted(times)[(len(times) - 1) // 2]",
+                "return sorted(times)[len(times) // 2]",
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_one_slow_round_at_a_width_does_not_rule_it_out",),
@@ -204,7 +204,13 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: kept costs are not read back",
-        edits=(Edit("costs_slimspec.py", ").load()\n    return logs[name]", ")\n    return logs[name]"),),
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "key=key, chooser=chooser).load()\n        for bucket",
+                "key=key, chooser=chooser)\n        for bucket",
+            ),
+        ),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
@@ -248,5 +254,71 @@ MUTANTS = [
         name="auto shapes: one plain round is timed before the first choice",
         edits=(Edit("shapes_slimspec.py", "TIMED_ROUNDS = 2 ", "TIMED_ROUNDS = 1 "),),
         tests=("tests/test_shapes_slimspec.py::test_one_slow_round_at_a_width_does_not_rule_it_out",),
+    ),
+    Mutant(
+        name="auto shapes: m sampled draws cover 1 - (1 - c)^m, not what each draw was measured to accept",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "        if self.draws:\n            return self.draw_coverage(depth, m)\n",
+                "        if self.draws and m > 1:\n            return 1.0 - (1.0 - self.coverage(depth, 1)) ** m\n",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_sampled_coverage_reads_each_draws_measured_acceptance",),
+    ),
+    Mutant(
+        name="auto shapes: a sampled round counts any accepted draw as the first",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "at = drawn.index(target_token) + 1 if target_token in drawn else None",
+                "at = 1 if target_token in drawn else None",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_sampled_round_counts_which_draw_was_accepted",),
+    ),
+    Mutant(
+        name="auto shapes: a lookup draft accepted counts as one of the drafter's draws",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if not drawn or any(p.q is None and p.token == target_token for p in proposals):",
+                "if not drawn:",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_sampled_round_counts_which_draw_was_accepted",),
+    ),
+    Mutant(
+        name="auto shapes: a new prompt length probes every width again",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if size + 1 not in log.widths()]",
+                "if size + 1 not in log.verify]",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_new_prompt_length_borrows_the_costs_measured_at_another",),
+    ),
+    Mutant(
+        name="auto shapes: another prompt length's costs are borrowed unscaled",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "scale = self.lower_median(verify[1]) / self.lower_median(other.verify[1])",
+                "scale = 1.0",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_new_prompt_length_borrows_the_costs_measured_at_another",),
+    ),
+    Mutant(
+        name="auto shapes: costs are borrowed from the farthest prompt length",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return min(others, key=distance, default=None)",
+                "return max(others, key=distance, default=None)",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_new_prompt_length_borrows_the_costs_measured_at_another",),
     ),
 ]
