@@ -60,6 +60,7 @@ def test_recipe_parses(path):
 
 def test_smollm2_ablations_differ_from_the_first_stage_only_in_the_head():
     head_keys = {"head_type", "head_rank", "head_init", "draft_vocab_size", "output_dir"}
+    head_keys |= {"save_strategy", "save_steps", "save_total_limit"}  # checkpoints to resume from: not the training
     base = yaml.safe_load((SMOLLM2 / "config_embedded_v1.yaml").read_text())
     for name in SIDE_BY_SIDE:
         path = ABLATIONS / name
@@ -74,6 +75,7 @@ def test_smollm2_ablations_differ_from_the_first_stage_only_in_the_head():
 def test_gemma_ablations_differ_from_the_low_rank_run_only_in_the_head():
     folder = RECIPES / "gemma-3-270m" / "ablations"
     head_keys = {"head_type", "head_rank", "head_init", "draft_vocab_size", "output_dir"}
+    head_keys |= {"save_strategy", "save_steps", "save_total_limit"}  # checkpoints to resume from: not the training
     base = yaml.safe_load((folder / "config_low_rank.yaml").read_text())
     names = {p.name for p in folder.glob("config_*.yaml")}
     assert names == {"config_low_rank.yaml", "config_full_head.yaml", "config_target_head.yaml", "config_trimmed.yaml"}
