@@ -166,8 +166,9 @@ class CostLog:
 
     @staticmethod
     def curve(table: dict) -> tuple[float, ...]:
-        """1..the widest measured width: (lower) medians, made non-decreasing by pooling neighbours that decrease (weighted by
-        their observations, so one slow round does not raise every wider width), linear between measured widths."""
+        """1..the widest measured width: (lower) medians, made non-decreasing by pooling neighbours that decrease
+        (weighted by their observations, so one slow round does not raise every wider width), linear between measured
+        widths."""
         pools = []  # [width, value, weight] per measured width, then merged where the values decrease
         for w in sorted(w for w, t in table.items() if t):
             pools.append([[w], CostLog.lower_median(table[w]), len(table[w])])
@@ -326,9 +327,10 @@ def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
 
 def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: bool) -> bool:
     """Whether the calls so far (in this process or, where costs are kept, earlier ones) chose plain decoding for
-    `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip the drafter, but one in
-    `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64) decodes with it again, so that a
-    drafter whose acceptance rises (other prompts, code after chat) gets chosen again."""
+    `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip
+    the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64)
+    decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
+    again."""
     log = cost_log(target, drafter, batch_size, context)
     if not log.plain_chosen[sampled]:
         return False

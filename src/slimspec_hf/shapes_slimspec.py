@@ -14,7 +14,8 @@ further level over `top_k` nodes per row) and yields, per row,
 
 tokens, where c_j(m) is the probability that the target's token at depth j is among the drafter's m likeliest there
 (sampling: that one of the drafter's first m draws there is accepted; the path before it held) and m_j the children
-of the true path's node at depth j that the tree keeps (its `size` nodes spread over the depths where they add most). Plain decoding yields one token per row for T_verify(B, 1). The
+of the true path's node at depth j that the tree keeps (its `size` nodes spread over the depths where they add most).
+Plain decoding yields one token per row for T_verify(B, 1). The
 shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
