@@ -12,11 +12,10 @@ from slimspec_hf import SlimSpecDrafterForCausalLM, load_embedded_drafter
 from slimspec_hf.targets import EMBEDDED_DRAFTER_DIR, resolve_dtype
 
 
-# τ on the three prompts below (greedy, 48 new tokens): 1.29 for the shipped v3 drafter (k = 3; 1.27 at k = 6,
-# p = 0.3), 1.29 for v2 and 1.20 for v1 when they were committed, 1.00 for an untrained drafter of the same shape
-# (SVD head init); greedy decoding is deterministic. (Three short answers: too few tokens to rank the stages, which
-# the benchmarks do.)
-TAU_FLOOR = 1.1
+# τ on the three prompts below (greedy, 48 new tokens, fp32) with the shipped fixed shape (tree 4/1/4 and prompt
+# lookup): 1.85 for the shipped drafter; greedy decoding is deterministic. (Three short answers: too few tokens to
+# rank drafters, which the benchmarks do.)
+TAU_FLOOR = 1.5
 
 
 def test_shipped_folder_is_complete_small_and_bf16():
@@ -66,8 +65,14 @@ def test_shipped_drafter_is_lossless_and_accepts_on_smollm2(embedded_target):
             [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         plain = model.generate(**inputs, max_new_tokens=48, do_sample=False)
-        fast = model.generate(**inputs, max_new_tokens=48, do_sample=False, assistant_model=drafter)
-        assert fast.tolist() == plain.tolist(), question
+        # the default ("auto") picks its shape from this machine's timings, down to plain decoding: lossless whatever
+        # it picks; acceptance is measured with the shipped fixed shape, so it does not depend on the machine
+        auto = model.generate(**inputs, max_new_tokens=48, do_sample=False, assistant_model=drafter)
+        assert auto.tolist() == plain.tolist(), question
+        fixed = model.generate(
+            **inputs, max_new_tokens=48, do_sample=False, assistant_model=drafter, draft_shape="fixed"
+        )
+        assert fixed.tolist() == plain.tolist(), question
         stats = drafter.last_generation_stats
         accepted, rounds = accepted + stats.accepted_tokens, rounds + stats.rounds
     tau = (accepted + rounds) / rounds
