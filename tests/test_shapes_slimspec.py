@@ -1,6 +1,7 @@
 """The draft-shape choice (`shapes_slimspec`): expected tokens per round from per-depth acceptance, round costs from
 measured curves, and the shape each kind of machine gets."""
 
+import math
 import random
 
 import pytest
@@ -619,3 +620,43 @@ def test_a_new_prompt_length_borrows_the_costs_measured_at_another(monkeypatch, 
     fresh = costs_slimspec.cost_log(tiny_target, drafter, 1, 600)
     fresh.add_verify(1, 0.3)
     assert fresh.costs().verify[3] == pytest.approx(3 * 0.13)
+
+
+def test_a_probe_round_measures_its_own_width_without_lookups_grafts(monkeypatch, tiny_target):
+    """Where prompt lookup matches at every round, the probes still verify their own widths (2, 4, 8, ...): lookup's
+    grafts would widen them and leave the narrow widths, a chain's, unmeasured."""
+    import weakref
+
+    import torch
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter = make_tiny_drafter(tiny_target)
+    ids = torch.tensor([[5, 9, 17, 3] * 6])  # lookup matches at every round
+    kwargs = dict(max_new_tokens=40, do_sample=False)
+    out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=True, **kwargs)
+    assert torch.equal(out, tiny_target.generate(ids, **kwargs))
+    log = costs_slimspec.cost_log(tiny_target, drafter, 1, ids.shape[1])
+    assert {1, 2, 4, 8} <= set(log.verify), sorted(log.verify)
+    # the same rounds with their shape set: lookup does draft in them
+    tiny_target.generate(ids, assistant_model=drafter, draft_lookup=True, num_assistant_tokens=1, **kwargs)
+    assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
+
+
+@pytest.mark.parametrize("spread, drafts", [(0.0, True), (0.05, False)])
+def test_a_predicted_gain_within_the_plain_rounds_spread_decodes_plain(spread, drafts):
+    """A chain predicted 4% faster than plain decoding is chosen where plain rounds take the same time every time,
+    not where they vary by 5% (the margin: the standard error of the two estimates, `CostLog.margin`)."""
+    log = CostLog(batch_size=8)
+    for i in range(9):  # plain rounds of 0.2 s, ± spread
+        log.add_verify(1, 0.200 * (1 + spread * (i % 3 - 1)))
+    for width in (2, 4, 8, 16, 32, 64):  # every probe width measured: the choice comes first
+        log.add_verify(width, 0.200 * (1 + 0.52 * (width - 1)))
+    log.add_draft(1, 0.004)
+    log.add_draft(2, 0.005)
+    tuner = ShapeTuner(log, observed(RANKS), start=DraftShape(4, 1, 4))
+    shape = tuner.next_shape()
+    assert tuner.choice.predictions["chain 1"] / tuner.choice.predictions["plain"] == pytest.approx(1.04, abs=0.005)
+    assert log.margin() == pytest.approx(math.sqrt(2) * 1.25 * 1.4826 * spread / 3, rel=1e-6)
+    assert shape == (DraftShape(1, 1, 1) if drafts else DraftShape()), shape

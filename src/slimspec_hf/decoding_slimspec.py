@@ -152,6 +152,7 @@ class SpeculativeDecoder:
         self.shape = settings.tree_shape()
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
         self.lookup = settings.lookup_policy()
+        self.round_lookup = self.lookup  # this round's: none in a round that probes a width (`RoundTimer.start`)
         self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.windows = layer_windows(target.config.get_text_config(decoder=True))  # per layer type, or None
         self.head = plain_lm_head(target)
@@ -209,6 +210,7 @@ class SpeculativeDecoder:
         appended tokens (1, n)."""
         if self.timer is not None:
             self.shape = self.proposer.shape = self.timer.start(self.shape.threshold)
+        self.round_lookup = self.lookup if self.timer is None or self.timer.lookup_allowed else None
         trees = self.propose()
         if self.timer is not None:
             self.timer.mark_drafted()
@@ -285,7 +287,7 @@ class SpeculativeDecoder:
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
         if self.shape.depth == 0:  # a plain round (`draft_shape="auto"`): plain decoding, neither drafter nor lookup
             return RoundPlan(budget, 0, None, DraftTree(source="plain"))
-        lookup = self.lookup
+        lookup = self.round_lookup
         match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
         tree = lookup_tree(match.tokens) if lookup is not None and lookup.drafts_alone(match) else None
         return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
@@ -293,7 +295,7 @@ class SpeculativeDecoder:
     def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: RoundPlan) -> DraftTree:
         """The drafter's `tree` with lookup grafted on: a short match the drafter agrees with, or what followed
         the likeliest path earlier."""
-        lookup, match, budget = self.lookup, plan.match, plan.budget
+        lookup, match, budget = self.round_lookup, plan.match, plan.budget
         if lookup is None or budget <= 1:
             return tree
         agrees = match is not None and int(root_logits.argmax()) == match.tokens[0]

@@ -256,10 +256,15 @@ class ShapeChoice:
 
 
 def choose_shape(
-    candidates: list[DraftShape], costs: RoundCosts, acceptance: DepthAcceptance, calibration: float = 1.0
+    candidates: list[DraftShape],
+    costs: RoundCosts,
+    acceptance: DepthAcceptance,
+    calibration: float = 1.0,
+    margin: float = 0.0,
 ) -> ShapeChoice:
-    """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it.
-    `calibration` scales the predicted accepted tokens (measured / predicted, from the running call)."""
+    """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
+    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
+    accepted tokens (measured / predicted, from the running call)."""
     plain_speed = costs.batch_size / costs.verify_time(1)
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
@@ -277,6 +282,8 @@ def choose_shape(
         predictions[str(shape)] = speed
         if speed > best_speed * (1 + 1e-9):
             best, best_speed = shape, speed
+    if best_speed <= plain_speed * (1 + margin):
+        best, best_speed = DraftShape(), plain_speed
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
 
 
@@ -290,12 +297,13 @@ class ShapeTuner:
     (width 1), then rounds of the `probe_sizes` whose width no prompt length measured yet (`CostLog.costs` scales
     another prompt length's costs), each the best shape of its size under the acceptance known so far, widest last,
     stopping at the first width that costs more than the most tokens a round could yield there — after timing that
-    width once more (costs are lower medians: one slow round does not end the probing). From then on every `every`
-    rounds the best candidate is chosen again from the measured costs (`CostLog`, shared by every call at this
-    batch size and prompt length and kept on disk for the next process: `costs_file`),
-    the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this drafter) and `calibration`:
-    how many of the tokens predicted for the shapes used were accepted, so that a drifting acceptance (long answers,
-    code after chat) moves the choice."""
+    width once more (costs are lower medians: one slow round does not end the probing); a probe drafts without
+    lookup's grafts, which would widen it. From then on every `every` rounds the best candidate is chosen again (a
+    drafting one only where it beats plain decoding by more than the costs' own uncertainty, `CostLog.margin`) from
+    the measured costs (`CostLog`, shared by every call at this batch size and prompt length and kept on disk for the
+    next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
+    drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
+    drifting acceptance (long answers, code after chat) moves the choice."""
 
     def __init__(
         self,
@@ -310,6 +318,7 @@ class ShapeTuner:
         self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
         self.shape, self.rounds = start, 0
+        self.probing = False  # the coming round measures a probe's width: it drafts without lookup's grafts
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
@@ -322,22 +331,25 @@ class ShapeTuner:
         return self.accepted / self.predicted if self.predicted >= 4 else 1.0
 
     def next_shape(self) -> DraftShape:
-        """The shape of the coming round."""
+        """The shape of the coming round (`probing`: whether it is a probe)."""
+        self.probing = False
         if len(self.log.verify.get(1, ())) < TIMED_ROUNDS:
             return DraftShape()
         if self.probes:
             probe = self.best_of_size(self.probes[0])
+            self.probing = True
             if self.may_pay(probe):
                 return probe
             if self.retry is not None:  # the last probe's one round says stop: time it once more first
                 retry, self.retry = self.best_of_size(self.retry), None
                 return retry
+            self.probing = False
             self.probes.clear()  # wider rounds cost more still: none of them can pay here
         if self.choice is None or self.rounds % self.every == 0:
             costs = self.log.costs()
             if costs is not None:
                 candidates = candidate_shapes(len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks)
-                self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration)
+                self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration, self.log.margin())
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
                 # a re-check's first choice only (a drafting choice after exploring resets the wait again)
@@ -434,6 +446,7 @@ class RoundTimer:
         self.tree_shape = tree_shape
         self.shape, self.started, self.committed, self.drafted = tuner.shape, 0.0, 0.0, 0.0
         self.commit_width = 1  # positions per row the drafter's first step read (its accepted tokens, or more)
+        self.lookup_allowed = True  # whether the round may draft with prompt lookup (not while probing a width)
         self.tokens, self.seconds = 0, 0.0
 
     def now(self) -> float:
@@ -444,6 +457,9 @@ class RoundTimer:
     def start(self, threshold: float):
         """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
         self.shape = self.tuner.next_shape()
+        # a probe measures its own width: lookup's grafts would widen it (a width-2 probe verified at 11 leaves width
+        # 2 unmeasured, and a chain's cost is read off the curve between its neighbours)
+        self.lookup_allowed = not self.tuner.probing
         self.started = self.committed = self.drafted = self.now()
         return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
 

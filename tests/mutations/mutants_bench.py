@@ -10,6 +10,7 @@ BENCHMARK = "evaluation/benchmark.py"
 BATCHED_GREEDY = (
     "tests/evaluation/test_batching.py::test_batched_drafters_generate_plain_batched_greedy_tokens_in_fp32"
 )
+MARGIN = "tests/test_shapes_slimspec.py::test_a_predicted_gain_within_the_plain_rounds_spread_decodes_plain"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -320,5 +321,22 @@ MUTANTS = [
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_a_new_prompt_length_borrows_the_costs_measured_at_another",),
+    ),
+    Mutant(
+        name="auto shapes: probe rounds draft with lookup's grafts",
+        edits=(
+            Edit("shapes_slimspec.py", "self.lookup_allowed = not self.tuner.probing", "self.lookup_allowed = True"),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_probe_round_measures_its_own_width_without_lookups_grafts",),
+    ),
+    Mutant(
+        name="auto shapes: the tuner chooses without the costs' margin",
+        edits=(Edit("shapes_slimspec.py", "self.calibration, self.log.margin())", "self.calibration, 0.0)"),),
+        tests=(MARGIN,),
+    ),
+    Mutant(
+        name="auto shapes: any predicted gain leaves plain decoding",
+        edits=(Edit("shapes_slimspec.py", "if best_speed <= plain_speed * (1 + margin):", "if False:"),),
+        tests=(MARGIN,),
     ),
 ]
