@@ -8,6 +8,7 @@ import pytest
 
 from slimspec_hf.costs_slimspec import CostLog, RoundCosts
 from slimspec_hf.shapes_slimspec import (
+    PLAIN_EVERY,
     DepthAcceptance,
     DraftShape,
     ShapeTuner,
@@ -265,6 +266,15 @@ def test_the_tuner_settles_on_a_large_tree_where_verification_is_flat():
     assert tuner.shape.size >= 16 and tuner.choice.speedup > 2, tuner.shape
 
 
+def test_while_drafting_one_round_in_32_times_plain_decoding_again():
+    """The plain rounds' cost, what every choice compares with, is measured again while a drafting shape runs (one
+    round in `PLAIN_EVERY`), so that it is this call's, not an earlier call's with other prompt lengths."""
+    tuner, used = simulate(verify=lambda n: 0.010, draft=lambda w: 0.001, ranks=RANKS)
+    late = used[-96:]
+    assert sum(s.is_plain for s in late) == 96 // PLAIN_EVERY and not tuner.shape.is_plain
+    assert [i for i, s in enumerate(used) if s.is_plain][-1] % PLAIN_EVERY == PLAIN_EVERY - 1
+
+
 def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
     tuner, used = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     assert max(s.size for s in used) <= 7  # wider probes could not pay once 4 tokens cost 4 plain rounds
@@ -486,6 +496,22 @@ def test_a_plain_round_verifies_one_token_even_where_lookup_matches(monkeypatch,
     assert set(stats.rounds_by_source) == {"plain"} and stats.drafted_tokens == 0, stats.rounds_by_source
     forced_shapes(monkeypatch, [DraftShape(1, 1, 1)])  # the same call drafting: lookup does take part
     tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=True, **kwargs)
+    assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
+
+
+def test_a_batch_drafts_its_auto_rounds_without_lookup(monkeypatch, tiny_target):
+    """In a batch one row's lookup match would widen every row's verification, a width the choice did not price:
+    `auto` rounds there draft the chosen shape only; one prompt alone still drafts with lookup."""
+    import torch
+
+    forced_shapes(monkeypatch, [DraftShape(1, 1, 1)])
+    drafter = make_tiny_drafter(tiny_target)
+    ids = torch.tensor([[5, 9, 17, 3] * 6, [7, 1, 2, 8] * 6])  # lookup matches at every round, in both rows
+    kwargs = dict(max_new_tokens=16, do_sample=False, draft_lookup=True, draft_shape="auto")
+    out = tiny_target.generate(ids, assistant_model=drafter, **kwargs)
+    assert torch.equal(out, tiny_target.generate(ids, max_new_tokens=16, do_sample=False))
+    assert set(drafter.last_generation_stats.rounds_by_source) == {"drafter"}
+    tiny_target.generate(ids[:1], assistant_model=drafter, **kwargs)
     assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
 
 

@@ -288,6 +288,9 @@ def choose_shape(
 
 
 TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose cost ends the probing is timed again
+# while a drafting shape is chosen, one round in this many decodes plain: the plain rounds' cost, what every choice
+# compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now)
+PLAIN_EVERY = 32
 
 
 class ShapeTuner:
@@ -359,6 +362,8 @@ class ShapeTuner:
                     drafting = [s for s in candidates if not s.is_plain and str(s) in predicted]
                     self.shape = max(drafting, key=lambda s: predicted[str(s)], default=self.shape)
                 self.explore = False
+        if not self.shape.is_plain and self.rounds % PLAIN_EVERY == PLAIN_EVERY - 1:
+            return DraftShape()
         return self.shape
 
     def may_pay(self, probe: DraftShape) -> bool:
@@ -458,8 +463,9 @@ class RoundTimer:
         """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
         self.shape = self.tuner.next_shape()
         # a probe measures its own width: lookup's grafts would widen it (a width-2 probe verified at 11 leaves width
-        # 2 unmeasured, and a chain's cost is read off the curve between its neighbours)
-        self.lookup_allowed = not self.tuner.probing
+        # 2 unmeasured, and a chain's cost is read off the curve between its neighbours);
+        # in a batch, one row's match widens every row's verification, a width the choice did not price: no lookup
+        self.lookup_allowed = not self.tuner.probing and self.tuner.log.batch_size == 1
         self.started = self.committed = self.drafted = self.now()
         return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
 

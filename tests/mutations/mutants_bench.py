@@ -339,4 +339,26 @@ MUTANTS = [
         edits=(Edit("shapes_slimspec.py", "if best_speed <= plain_speed * (1 + margin):", "if False:"),),
         tests=(MARGIN,),
     ),
+    Mutant(
+        name="auto shapes: a batch's auto rounds draft with lookup",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "self.lookup_allowed = not self.tuner.probing and self.tuner.log.batch_size == 1",
+                "self.lookup_allowed = not self.tuner.probing",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_a_batch_drafts_its_auto_rounds_without_lookup",),
+    ),
+    Mutant(
+        name="auto shapes: plain rounds are never timed again while drafting",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if not self.shape.is_plain and self.rounds % PLAIN_EVERY == PLAIN_EVERY - 1:",
+                "if False:",
+            ),
+        ),
+        tests=("tests/test_shapes_slimspec.py::test_while_drafting_one_round_in_32_times_plain_decoding_again",),
+    ),
 ]
