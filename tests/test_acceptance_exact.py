@@ -397,8 +397,10 @@ def _decoder_graft(seq, tree, match=None, branch_ngram=0):
     """The decoder's own `graft_lookup` on `tree`: `match` grafted at the root if the drafter's likeliest first
     token agrees with it (or, with `branch_ngram`, as a branch of its own), else the likeliest path extended by what
     followed its last token earlier."""
+    lookup = LookupPolicy(min_ngram=3, max_ngram=1, num_tokens=2, extend_ngram=1, branch_ngram=branch_ngram)
     decoder = SimpleNamespace(
-        lookup=LookupPolicy(min_ngram=3, max_ngram=1, num_tokens=2, extend_ngram=1, branch_ngram=branch_ngram),
+        lookup=lookup,
+        round_lookup=lookup,  # the round's: lookup drafts in it (not a probe of `draft_shape="auto"`)
         eos_ids=set(),
         tree_masks=True,
         do_sample=True,
