@@ -152,7 +152,8 @@ class SpeculativeDecoder:
         self.shape = settings.tree_shape()
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
         self.lookup = settings.lookup_policy()
-        self.round_lookup = self.lookup  # this round's: none in a round that probes a width (`RoundTimer.start`)
+        # this round's lookup (`RoundTimer.lookup_allowed`: none in a probe of `draft_shape="auto"`, nor in a batch's)
+        self.round_lookup = self.lookup
         self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.windows = layer_windows(target.config.get_text_config(decoder=True))  # per layer type, or None
         self.head = plain_lm_head(target)
