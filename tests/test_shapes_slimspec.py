@@ -406,6 +406,35 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     assert costs_slimspec.costs_file(key) is None
 
 
+def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
+    """The kept plain-decoding choices belong to the drafter, not to how its folder was spelt: a call that loaded it
+    as `drafters/tiny` and a later process that loads `/abs/…/drafters/tiny` share them; another folder does not."""
+    import weakref
+
+    import torch
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    for folder in ("tiny", "elsewhere"):
+        (tmp_path / "drafters" / folder).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    drafter = make_tiny_drafter(tiny_target)  # random: plain decoding wins
+    drafter.config._name_or_path = "drafters/tiny"
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3]])
+    tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", max_new_tokens=40, do_sample=False)
+    assert drafter.last_generation_stats.draft_shape["shape"] == "plain"
+
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
+    drafter.config._name_or_path = str(tmp_path / "drafters" / "tiny")
+    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter.config._name_or_path = str(tmp_path / "drafters" / "elsewhere")
+    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
+
+
 def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatch, tmp_path, tiny_target, caplog):
     import json
 

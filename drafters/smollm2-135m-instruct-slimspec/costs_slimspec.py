@@ -313,13 +313,22 @@ def costs_file(key: dict) -> "Path | None":
     return root / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]}.json"
 
 
+def drafter_name(drafter) -> str:
+    """The drafter whose plain-decoding choices a log keeps: its Hub id as given, or its local folder resolved (so
+    `drafters/x` and `/abs/drafters/x` name one drafter, and two folders called `x` two)."""
+    name = str(getattr(drafter.config, "name_or_path", "") or "")
+    if name and os.path.isdir(name):
+        return os.path.realpath(name)
+    return name
+
+
 def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
     """The costs measured for `target` with `drafter` at `batch_size` rows of prompts `context` tokens long (their
     bucket; on their device, in their dtypes), by this process and, where they are kept (`costs_file`), by earlier
     ones on this machine."""
     key = costs_key(target, drafter, batch_size, context)
     logs = _COSTS.setdefault(target, {})
-    chooser = str(getattr(drafter.config, "name_or_path", "") or "")
+    chooser = drafter_name(drafter)
     name = (json.dumps(key, sort_keys=True), chooser)
     if name not in logs:
         log = logs[name] = CostLog(batch_size, path=costs_file(key), key=key, chooser=chooser).load()

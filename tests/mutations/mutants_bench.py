@@ -225,6 +225,13 @@ MUTANTS = [
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
+        name="auto shapes: a drafter's kept choices keyed by its folder as spelt",
+        edits=(Edit("costs_slimspec.py", "return os.path.realpath(name)", "return name"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices",
+        ),
+    ),
+    Mutant(
         name="auto shapes: kept costs are written in place (a reader may see half a file)",
         edits=(
             Edit(
