@@ -8,9 +8,11 @@ import pytest
 
 from slimspec_hf.costs_slimspec import CostLog, RoundCosts
 from slimspec_hf.shapes_slimspec import (
+    EXPLORE_AFTER,
     PLAIN_EVERY,
     DepthAcceptance,
     DraftShape,
+    RoundTimer,
     ShapeTuner,
     candidate_shapes,
     choose_shape,
@@ -228,17 +230,17 @@ def test_one_pass_gives_every_size_what_the_definition_gives(seed):
 
 def simulate(verify, draft, ranks, rounds=240, seed=0):
     """A `ShapeTuner` deciding on a simulated machine (`verify(n)`, `draft(w)` seconds) and drafter (`ranks`: P(the
-    target's token is the drafter's m-th likeliest) at every depth)."""
+    target's token is the drafter's m-th likeliest) at every depth; or a function of the round's index giving them)."""
     rng = random.Random(seed)
     log, acceptance = CostLog(batch_size=1), DepthAcceptance(max_rank=8, max_depth=8)
     tuner = ShapeTuner(log, acceptance, start=DraftShape(4, 1, 4))
     used = []
-    for _ in range(rounds):
+    for index in range(rounds):
         shape = tuner.next_shape()
         accepted = 0
         for depth in range(1, shape.depth + 1):
             draw, rank = rng.random(), None
-            for m, p in enumerate(ranks, start=1):
+            for m, p in enumerate(ranks(index) if callable(ranks) else ranks, start=1):
                 draw -= p
                 if draw < 0:
                     rank = m
@@ -281,18 +283,50 @@ def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
     assert tuner.shape.is_plain and all(s.is_plain for s in used[-100:])
 
 
+def test_a_call_that_chose_plain_on_unlucky_probes_keeps_drafting_now_and_then_and_returns_to_it():
+    """Where the probes happened to meet drafts the target rejected (an answer's first tokens), plain decoding is
+    chosen; a drafting round now and then (`EXPLORE_AFTER` plain rounds, the wait doubling) keeps measuring the
+    acceptance, so that the call drafts again once the drafts are accepted; where they never are, those rounds grow
+    rarer."""
+    nothing = (0.0,) * 8
+
+    def ranks(index):  # the first 12 rounds accept nothing, the rest as `RANKS`
+        return nothing if index < 12 else RANKS
+
+    tuner, used = simulate(verify=FLAT, draft=lambda w: 0.001, ranks=ranks, rounds=120)
+    assert any(s.is_plain for s in used[8:16])  # plain chosen after the probes
+    assert not tuner.shape.is_plain and sum(not s.is_plain for s in used[-PLAIN_EVERY:]) == PLAIN_EVERY - 1
+    tuner, used = simulate(verify=FLAT, draft=lambda w: 0.001, ranks=nothing, rounds=300)
+    drafting = [i for i, s in enumerate(used) if not s.is_plain]
+    gaps = [b - a for a, b in zip(drafting, drafting[1:])][-4:]
+    assert tuner.shape.is_plain and gaps == sorted(gaps) and gaps[-1] >= 4 * gaps[0] >= 4 * (EXPLORE_AFTER + 1)
+    timer = RoundTimer(tuner, "cpu", DraftShape)
+    timer.shape = used[drafting[-1]]  # the call's last round drafted to explore: the choice reported is plain's
+    assert timer.report()["shape"] == "plain"
+
+
 def test_a_recheck_call_drafts_again_before_it_settles():
     """A call made although plain decoding won (`plain_is_chosen`'s every 8th) drafts its first rounds with the best
     other shape, so that a drafter whose acceptance rose is seen; with nothing accepted it settles on plain again."""
     tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     assert tuner.log.plain_chosen[False]
     again = ShapeTuner(tuner.log, tuner.acceptance, start=DraftShape(4, 1, 4))
-    explored = shape = again.next_shape()  # once per round, as the loop asks
-    assert not explored.is_plain
-    for _ in range(again.every):
+
+    def rejected(shape):
+        again.observe(shape, 0.050 * (shape.size + 1), [(1, 0.005)] * shape.depth, 0.0)
+
+    explored = again.next_shape()  # once per round, as the loop asks
+    while again.probing:  # a width not measured yet at this batch size is probed first
+        rejected(explored)
+        explored = again.next_shape()
+    assert not explored.is_plain and again.choice.shape.is_plain
+    shape = explored
+    while True:  # held until the next choice
         assert shape == explored
-        again.observe(explored, 0.050 * (explored.size + 1), [(1, 0.005)] * explored.depth, 0.0)
+        rejected(explored)
         shape = again.next_shape()
+        if again.rounds % again.every == 0:
+            break
     assert shape.is_plain and tuner.log.plain_chosen[False]
     # a call whose batch size last chose a drafting shape does not explore
     assert not ShapeTuner(CostLog(batch_size=1), tuner.acceptance, start=DraftShape()).explore
@@ -344,8 +378,30 @@ def test_one_slow_round_at_a_width_does_not_rule_it_out():
 
     tuner, used = simulate(verify=verify, draft=lambda w: 0.005, ranks=RANKS)
     assert [s.size for s in used[:4]] == [0, 0, 1, 1]  # plain twice, then the first probe twice
+    assert max(s.size for s in used[4:10]) >= 7  # and the wider probes go on at once
     assert not tuner.shape.is_plain and tuner.choice.speedup > 1.3, tuner.shape
     assert CostLog.curve(tuner.log.verify)[1] == pytest.approx(0.11)
+
+
+def machine(monkeypatch, verify, draft=lambda nodes: 0.001):
+    """Every tuner reads its rounds' times off `verify(width)` and `draft(nodes)` seconds instead of the clock, so
+    that a choice the test relies on does not turn on a loaded test machine's timings."""
+    observe = ShapeTuner.observe
+
+    def synthetic(self, shape, verify_seconds, draft_steps, accepted, width=None, timed=True):
+        verified = shape.size + 1 if width is None else width
+        steps = [(nodes, draft(nodes)) for nodes, _ in draft_steps]
+        return observe(self, shape, verify(verified), steps, accepted, width=width, timed=timed)
+
+    monkeypatch.setattr(ShapeTuner, "observe", synthetic)
+
+
+def STEEP(width):  # every token verified costs a plain round: plain decoding wins
+    return 0.010 * width
+
+
+def FLAT(width):  # verification is nearly free: every probe pays
+    return 0.010 + 0.0001 * width
 
 
 def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tiny_target):
@@ -353,6 +409,7 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     from them and chooses at its first round, without plain or probing rounds, and where plain decoding won for
     this drafter its first call decodes plain; another batch size, thread count, drafter architecture or prompt
     length bucket keeps its own file; `SLIMSPEC_DRAFT_COSTS=off` keeps none."""
+    machine(monkeypatch, STEEP)
     import weakref
 
     import torch
@@ -409,6 +466,7 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
     """The kept plain-decoding choices belong to the drafter, not to how its folder was spelt: a call that loaded it
     as `drafters/tiny` and a later process that loads `/abs/…/drafters/tiny` share them; another folder does not."""
+    machine(monkeypatch, STEEP)
     import weakref
 
     import torch
@@ -544,8 +602,10 @@ def test_a_batch_drafts_its_auto_rounds_without_lookup(monkeypatch, tiny_target)
     assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
 
 
-def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(tiny_target):
+def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(monkeypatch, tiny_target):
     import torch
+
+    machine(monkeypatch, STEEP)
 
     from slimspec_hf.drafting_slimspec import DraftSettings
 
@@ -680,6 +740,7 @@ def test_a_new_prompt_length_borrows_the_costs_measured_at_another(monkeypatch, 
 def test_a_probe_round_measures_its_own_width_without_lookups_grafts(monkeypatch, tiny_target):
     """Where prompt lookup matches at every round, the probes still verify their own widths (2, 4, 8, ...): lookup's
     grafts would widen them and leave the narrow widths, a chain's, unmeasured."""
+    machine(monkeypatch, FLAT)
     import weakref
 
     import torch

@@ -291,6 +291,12 @@ TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose co
 # while a drafting shape is chosen, one round in this many decodes plain: the plain rounds' cost, what every choice
 # compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now)
 PLAIN_EVERY = 32
+# while plain decoding is chosen, the round after this many plain ones drafts (the best drafting shape), so that the
+# call keeps measuring its acceptance (a few unlucky probes do not rule drafting out); the wait doubles while the
+# choice stays plain, so that where drafting cannot pay the exploring costs next to nothing
+EXPLORE_AFTER = 8
+# the calibration's prior, in drafted tokens predicted: a few rounds move it a little, many rounds a lot
+CALIBRATION_PRIOR = 4.0
 
 
 class ShapeTuner:
@@ -306,7 +312,8 @@ class ShapeTuner:
     the measured costs (`CostLog`, shared by every call at this batch size and prompt length and kept on disk for the
     next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
     drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
-    drifting acceptance (long answers, code after chat) moves the choice."""
+    drifting acceptance (long answers, code after chat) moves the choice. While plain decoding is chosen, a round
+    drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured."""
 
     def __init__(
         self,
@@ -324,14 +331,17 @@ class ShapeTuner:
         self.probing = False  # the coming round measures a probe's width: it drafts without lookup's grafts
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
+        self.candidates: list[DraftShape] = []
+        self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
         self.explore = log.plain_chosen[acceptance.draws]
 
     @property
     def calibration(self) -> float:
-        """Accepted / predicted drafted tokens over this call's rounds (1 until there are some)."""
-        return self.accepted / self.predicted if self.predicted >= 4 else 1.0
+        """Accepted / predicted drafted tokens over this call's rounds, from a prior of 1 worth `CALIBRATION_PRIOR`
+        predicted tokens."""
+        return (self.accepted + CALIBRATION_PRIOR) / (self.predicted + CALIBRATION_PRIOR)
 
     def next_shape(self) -> DraftShape:
         """The shape of the coming round (`probing`: whether it is a probe)."""
@@ -351,20 +361,33 @@ class ShapeTuner:
         if self.choice is None or self.rounds % self.every == 0:
             costs = self.log.costs()
             if costs is not None:
-                candidates = candidate_shapes(len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks)
-                self.choice = choose_shape(candidates, costs, self.acceptance, self.calibration, self.log.margin())
+                self.candidates = candidate_shapes(len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks)
+                self.choice = choose_shape(
+                    self.candidates, costs, self.acceptance, self.calibration, self.log.margin()
+                )
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
                 # a re-check's first choice only (a drafting choice after exploring resets the wait again)
                 self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.explore)
-                if self.explore and self.shape.is_plain:
-                    predicted = self.choice.predictions
-                    drafting = [s for s in candidates if not s.is_plain and str(s) in predicted]
-                    self.shape = max(drafting, key=lambda s: predicted[str(s)], default=self.shape)
+                if not self.shape.is_plain:
+                    self.explore_after = EXPLORE_AFTER
+                elif self.explore:
+                    self.shape = self.best_drafting()
                 self.explore = False
         if not self.shape.is_plain and self.rounds % PLAIN_EVERY == PLAIN_EVERY - 1:
             return DraftShape()
+        if self.shape.is_plain and self.choice is not None:
+            self.plain_rounds += 1
+            if self.plain_rounds > self.explore_after:
+                self.plain_rounds, self.explore_after = 0, 2 * self.explore_after
+                return self.best_drafting()
         return self.shape
+
+    def best_drafting(self) -> DraftShape:
+        """The drafting shape the last choice predicted fastest (plain where it predicted none)."""
+        predicted = self.choice.predictions
+        drafting = [s for s in self.candidates if not s.is_plain and str(s) in predicted]
+        return max(drafting, key=lambda s: predicted[str(s)], default=DraftShape())
 
     def may_pay(self, probe: DraftShape) -> bool:
         """Whether a round of `probe` could beat plain decoding: the widest round measured so far (no wider than the
@@ -507,7 +530,7 @@ class RoundTimer:
         costs, choice = self.tuner.log.costs(), self.tuner.choice
         plain = costs.batch_size / costs.verify_time(1) if costs is not None else float("nan")
         return {
-            "shape": str(self.shape),  # the last round's
+            "shape": str(choice.shape if choice is not None else self.shape),  # not an exploring round's
             "predicted_speedup": choice.speedup if choice is not None else float("nan"),
             "measured_speedup": self.tokens / self.seconds / plain if self.seconds > 0 else float("nan"),
         }

@@ -11,6 +11,10 @@ BATCHED_GREEDY = (
     "tests/evaluation/test_batching.py::test_batched_drafters_generate_plain_batched_greedy_tokens_in_fp32"
 )
 MARGIN = "tests/test_shapes_slimspec.py::test_a_predicted_gain_within_the_plain_rounds_spread_decodes_plain"
+EXPLORE = (
+    "tests/test_shapes_slimspec.py::"
+    "test_a_call_that_chose_plain_on_unlucky_probes_keeps_drafting_now_and_then_and_returns_to_it"
+)
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -338,7 +342,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: the tuner chooses without the costs' margin",
-        edits=(Edit("shapes_slimspec.py", "self.calibration, self.log.margin())", "self.calibration, 0.0)"),),
+        edits=(Edit("shapes_slimspec.py", "self.calibration, self.log.margin()", "self.calibration, 0.0"),),
         tests=(MARGIN,),
     ),
     Mutant(
@@ -367,5 +371,33 @@ MUTANTS = [
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_while_drafting_one_round_in_32_times_plain_decoding_again",),
+    ),
+    Mutant(
+        name="auto shapes: a call that chose plain never drafts again",
+        edits=(Edit("shapes_slimspec.py", "if self.plain_rounds > self.explore_after:", "if False:"),),
+        tests=(EXPLORE,),
+    ),
+    Mutant(
+        name="auto shapes: exploring rounds do not grow rarer while plain keeps winning",
+        edits=(Edit("shapes_slimspec.py", "2 * self.explore_after", "self.explore_after"),),
+        tests=(EXPLORE,),
+    ),
+    Mutant(
+        name="auto shapes: the calibration trusts its first rounds fully",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "(self.accepted + CALIBRATION_PRIOR) / (self.predicted + CALIBRATION_PRIOR)",
+                "self.accepted / self.predicted if self.predicted >= 4 else 1.0",
+            ),
+        ),
+        tests=(EXPLORE,),
+    ),
+    Mutant(
+        name="auto shapes: the report names an exploring round's shape as the choice",
+        edits=(
+            Edit("shapes_slimspec.py", "str(choice.shape if choice is not None else self.shape)", "str(self.shape)"),
+        ),
+        tests=(EXPLORE,),
     ),
 ]
