@@ -297,6 +297,11 @@ def test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen():
     assert [s.name for s in systems] == ["target", "low", "low@auto", "low@fixed"]
     assert systems[2].generate_kwargs == {"assistant_model": drafter, "draft_shape": "auto"}
     assert systems[3].base == "low" and systems[3].generate_kwargs["draft_shape"] == "fixed"
+    # beside --draft-lookup's chain rows (lookup off) and -k: the shape rows keep the drafter's own settings
+    systems = build_systems({"low": drafter}, draft_lookup=True, num_assistant_tokens=3, draft_shapes=("auto",))
+    assert [s.name for s in systems] == ["target", "low+lookup", "low", "low@auto"]
+    assert systems[2].generate_kwargs["draft_lookup"] is False
+    assert systems[3].generate_kwargs == {"assistant_model": drafter, "draft_shape": "auto"}
     calls = [{"draft_shape": {"shape": "chain 3"}}, None, {"rounds": 4}, {"draft_shape": {"shape": "plain"}}]
     calls.append({"draft_shape": {"shape": "plain"}})
     assert chosen_shapes(calls) == "plain ×2, chain 3 ×1" and chosen_shapes([None, {}]) == ""

@@ -400,4 +400,17 @@ MUTANTS = [
         ),
         tests=(EXPLORE,),
     ),
+    Mutant(
+        name="bench: a shape row inherits the chain rows' lookup setting",
+        edits=(
+            Edit(
+                "evaluation/systems.py",
+                'own = {"assistant_model": drafter, "draft_shape": shape}',
+                "own = dict(kwargs, draft_shape=shape)",
+            ),
+        ),
+        tests=(
+            "tests/evaluation/test_benchmark.py::test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen",
+        ),
+    ),
 ]

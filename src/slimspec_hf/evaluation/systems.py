@@ -82,7 +82,8 @@ def build_systems(
     are chains (`draft_tree_size=0`) even where the drafter's generation_config drafts a tree by default: a row
     is what its name says, whatever the folder's defaults.
     `draft_shapes`: each drafter once per `draft_shape` ("auto": chosen on this machine, "fixed": the drafter's
-    shipped settings), row NAME@SHAPE, side by side with the rows above."""
+    shipped settings), row NAME@SHAPE, side by side with the rows above: the drafter's own settings and the shape
+    only (neither `draft_lookup`'s chain rows' lookup off nor `num_assistant_tokens`, which would fix the shape)."""
     systems = [System("target", "target")]
     for name, drafter in drafters.items():
         kwargs = {"assistant_model": drafter}
@@ -101,7 +102,8 @@ def build_systems(
             if draft_lookup:
                 systems.append(System(f"{label}+lookup", "drafter", drafter, dict(tree, draft_lookup=True), base=name))
         for shape in draft_shapes:
-            systems.append(System(f"{name}@{shape}", "drafter", drafter, dict(kwargs, draft_shape=shape), base=name))
+            own = {"assistant_model": drafter, "draft_shape": shape}
+            systems.append(System(f"{name}@{shape}", "drafter", drafter, own, base=name))
         for threshold in confidence_thresholds:
             variant = dict(kwargs, assistant_confidence_threshold=float(threshold))
             systems.append(System(f"{name}@p{threshold:g}", "drafter", drafter, variant, base=name))
