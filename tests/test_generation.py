@@ -78,6 +78,9 @@ def test_greedy_identity_on_a_live_target_with_eos_and_length_boundary(k, monkey
         assert len(stats.drafted_per_position) <= k
         acceptance.append(stats)
         new = plain[0, ids.shape[1] :].tolist()
+        # every token kept is counted once, none after the EOS or the length limit: the prefill's, then each round's
+        # accepted drafts and the target's own
+        assert 1 + stats.rounds + stats.accepted_tokens == len(new), f"prompt {i}"
         saw_eos_inside |= LIVE_EOS in new[1:]  # not the prefill's token: one a round accepted
         saw_exact_length |= LIVE_EOS not in new and len(new) == max_new
         watch.check(target, drafter)
