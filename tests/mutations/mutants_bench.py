@@ -74,8 +74,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "evaluation/systems.py",
-                "dict(kwargs, draft_shape=shape)",
-                'dict(kwargs, draft_shape="fixed")',
+                '"draft_shape": shape}',
+                '"draft_shape": "fixed"}',
             ),
         ),
         tests=(
