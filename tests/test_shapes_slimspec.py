@@ -12,6 +12,7 @@ from slimspec_hf.shapes_slimspec import (
     PLAIN_EVERY,
     DepthAcceptance,
     DraftShape,
+    LookupRate,
     RoundTimer,
     ShapeTuner,
     candidate_shapes,
@@ -182,6 +183,29 @@ def test_a_batch_whose_verification_grows_with_rows_decodes_plain_sooner():
     assert chosen[1].shape.size >= chosen[4].shape.size  # fewer nodes per row as rows share the cost
 
 
+def test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_row():
+    """One prompt verifies lookup's 10-token drafts nearly free; in a batch whose verification grows with rows, one
+    row's match widens every row: the same drafts no longer pay at 4 rows, shorter ones (the batched settings') do."""
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+
+    def costs(rows):
+        return RoundCosts(
+            batch_size=rows,
+            verify=tuple(0.040 + 0.004 * rows * n for n in range(1, 17)),
+            draft=tuple(0.002 + 0.0005 * rows * w for w in range(1, 9)),
+        )
+
+    def choice(rows, draft_tokens):  # lookup drafts alone in 30% of rows' rounds, yielding 4 tokens there
+        rate = LookupRate(rounds=100, alone=30, tokens=30 * 4.0, width=30 * (draft_tokens + 1.0))
+        return choose_shape(candidate_shapes(max_size=15, lookup=True), costs(rows), acceptance, lookup=rate)
+
+    without = choose_shape(candidate_shapes(max_size=15), costs(1), acceptance)
+    assert choice(1, 10).shape.lookup and choice(1, 10).speedup > 1.1 * without.speedup
+    assert not choice(4, 10).shape.lookup and not choice(4, 10).shape.is_plain
+    assert choice(4, 3).shape.lookup and not choice(8, 3).shape.lookup  # at 8 rows most rounds have a match
+    assert not choice(32, 3).shape.lookup and choice(32, 3).shape.is_plain
+
+
 def test_round_time_counts_verification_and_each_level():
     costs = RoundCosts(batch_size=1, verify=(1.0, 2.0, 3.0, 4.0), draft=(0.1, 0.2))
     assert round_time(DraftShape(3, 2, 2), costs, tokens=1.5) == pytest.approx(4.0 + 0.15 + 0.2)
@@ -190,8 +214,10 @@ def test_round_time_counts_verification_and_each_level():
 
 
 def test_shapes_name_their_settings():
-    assert DraftShape(3, 3, 1).settings() == {"num_assistant_tokens": 3, "draft_tree_size": 0}
+    assert DraftShape(3, 3, 1).settings() == {"num_assistant_tokens": 3, "draft_tree_size": 0, "draft_lookup": False}
     assert str(DraftShape(16, 4, 4)) == "tree 16/4/4" and str(DraftShape()) == "plain"
+    assert str(DraftShape(3, 3, 1, lookup=True)) == "chain 3 + lookup"
+    assert DraftShape(3, 1, 3, lookup=True).settings()["draft_lookup"] is True
     assert DraftShape(16, 4, 4).settings()["draft_tree_top_k"] == 4
     assert all(s.size >= s.depth for s in candidate_shapes(max_size=32) if not s.is_plain)
 
@@ -581,25 +607,48 @@ def test_a_plain_round_verifies_one_token_even_where_lookup_matches(monkeypatch,
     assert torch.equal(out, tiny_target.generate(ids, **kwargs))
     stats = drafter.last_generation_stats
     assert set(stats.rounds_by_source) == {"plain"} and stats.drafted_tokens == 0, stats.rounds_by_source
-    forced_shapes(monkeypatch, [DraftShape(1, 1, 1)])  # the same call drafting: lookup does take part
+    forced_shapes(monkeypatch, [DraftShape(1, 1, 1, lookup=True)])  # drafting with lookup: lookup does take part
     tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", draft_lookup=True, **kwargs)
     assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
 
 
-def test_a_batch_drafts_its_auto_rounds_without_lookup(monkeypatch, tiny_target):
-    """In a batch one row's lookup match would widen every row's verification, a width the choice did not price:
-    `auto` rounds there draft the chosen shape only; one prompt alone still drafts with lookup."""
+@pytest.mark.parametrize("rows", [1, 2])
+def test_an_auto_round_drafts_with_lookup_exactly_where_its_shape_does(monkeypatch, tiny_target, rows):
+    """In a batch one row's lookup match widens every row's verification: whether a round drafts with lookup is
+    part of its shape, priced by the choice (`lookup_round`), at every batch size."""
     import torch
 
-    forced_shapes(monkeypatch, [DraftShape(1, 1, 1)])
-    drafter = make_tiny_drafter(tiny_target)
-    ids = torch.tensor([[5, 9, 17, 3] * 6, [7, 1, 2, 8] * 6])  # lookup matches at every round, in both rows
+    ids = torch.tensor([[5, 9, 17, 3] * 6, [7, 1, 2, 8] * 6][:rows])  # lookup matches at every round, in each row
     kwargs = dict(max_new_tokens=16, do_sample=False, draft_lookup=True, draft_shape="auto")
-    out = tiny_target.generate(ids, assistant_model=drafter, **kwargs)
-    assert torch.equal(out, tiny_target.generate(ids, max_new_tokens=16, do_sample=False))
-    assert set(drafter.last_generation_stats.rounds_by_source) == {"drafter"}
-    tiny_target.generate(ids[:1], assistant_model=drafter, **kwargs)
-    assert set(drafter.last_generation_stats.rounds_by_source) & {"lookup", "drafter+lookup"}
+    plain = tiny_target.generate(ids, max_new_tokens=16, do_sample=False)
+    for lookup in (False, True):
+        forced_shapes(monkeypatch, [DraftShape(1, 1, 1, lookup=lookup)])
+        drafter = make_tiny_drafter(tiny_target)
+        assert torch.equal(tiny_target.generate(ids, assistant_model=drafter, **kwargs), plain)
+        sources = set(drafter.last_generation_stats.rounds_by_source)
+        assert (sources == {"drafter"}) is not lookup and bool(sources & {"lookup", "drafter+lookup"}) is lookup
+
+
+def test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_drafted(monkeypatch, tiny_target):
+    """Every round of an `auto` call counts lookup's match, whether or not it drafts with it; where it does, the
+    count is the acceptance measured: its drafts' agreement with the tokens the target went on to emit."""
+    import torch
+
+    from slimspec_hf.shapes_slimspec import lookup_rate
+
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3, 7, 1, 7, 1, 2, 30, 41, 2, 30, 41]])
+    kwargs = dict(max_new_tokens=40, do_sample=False, draft_lookup=True, draft_shape="auto")
+    rates = {}
+    for lookup in (False, True):
+        forced_shapes(monkeypatch, [DraftShape(1, 1, 1, lookup=lookup)])
+        drafter = make_tiny_drafter(tiny_target)
+        tiny_target.generate(ids, assistant_model=drafter, **kwargs)
+        stats, rates[lookup] = drafter.last_generation_stats, lookup_rate(drafter, False)
+        assert rates[lookup].rounds == stats.rounds
+    assert rates[False].alone > 0  # counted without drafting with it
+    rounds, accepted = stats.rounds_by_source["lookup"], stats.accepted_by_source.get("lookup", 0)
+    assert rates[True].alone == rounds and rates[True].tokens == accepted + rounds
+    assert rates[True].round_tokens > 1.0  # the tiny target repeats itself: some of lookup's drafts hold
 
 
 def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(monkeypatch, tiny_target):

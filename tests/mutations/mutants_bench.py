@@ -114,24 +114,6 @@ MUTANTS = [
         tests=("tests/test_shapes_slimspec.py::test_a_recheck_call_drafts_again_before_it_settles",),
     ),
     Mutant(
-        name="auto shapes: a plain round still verifies a lookup match",
-        edits=(
-            Edit(
-                "decoding_slimspec.py",
-                "        if self.shape.depth == 0:  # a plain round",
-                "        if False:  # a plain round",
-            ),
-            Edit(
-                "decoding_slimspec.py",
-                "        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)\n",
-                "        if tree is None and self.shape.depth == 0:\n"
-                '            tree = DraftTree(source="plain")\n'
-                "        return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)\n",
-            ),
-        ),
-        tests=("tests/test_shapes_slimspec.py::test_a_plain_round_verifies_one_token_even_where_lookup_matches",),
-    ),
-    Mutant(
         name="auto shapes: re-checks stay one call in 8 however often they choose plain again",
         edits=(
             Edit(
@@ -336,7 +318,11 @@ MUTANTS = [
     Mutant(
         name="auto shapes: probe rounds draft with lookup's grafts",
         edits=(
-            Edit("shapes_slimspec.py", "self.lookup_allowed = not self.tuner.probing", "self.lookup_allowed = True"),
+            Edit(
+                "shapes_slimspec.py",
+                "self.lookup_allowed = self.shape.lookup and not self.tuner.probing",
+                "self.lookup_allowed = self.shape.lookup or True",
+            ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_a_probe_round_measures_its_own_width_without_lookups_grafts",),
     ),
@@ -351,15 +337,61 @@ MUTANTS = [
         tests=(MARGIN,),
     ),
     Mutant(
-        name="auto shapes: a batch's auto rounds draft with lookup",
+        name="auto shapes: a round drafts with lookup whatever its shape says",
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "self.lookup_allowed = not self.tuner.probing and self.tuner.log.batch_size == 1",
+                "self.lookup_allowed = self.shape.lookup and not self.tuner.probing",
                 "self.lookup_allowed = not self.tuner.probing",
             ),
         ),
-        tests=("tests/test_shapes_slimspec.py::test_a_batch_drafts_its_auto_rounds_without_lookup",),
+        tests=("tests/test_shapes_slimspec.py::test_an_auto_round_drafts_with_lookup_exactly_where_its_shape_does",),
+    ),
+    Mutant(
+        name="auto shapes: lookup's matches are counted only in rounds that draft with it",
+        edits=(
+            Edit(
+                "decoding_slimspec.py",
+                "lookup = self.lookup if self.timer is not None else self.round_lookup",
+                "lookup = self.round_lookup",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_drafted",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: a lookup draft counts as accepted whole",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "self.tuner.lookup.add(len(draft), min(agree + 1, len(emitted)))",
+                "self.tuner.lookup.add(len(draft), len(draft) + 1)",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_drafted",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: shapes with lookup are priced as without it",
+        edits=(Edit("shapes_slimspec.py", "if shape.lookup and lookup is not None:", "if False:"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_row",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: one row's lookup draft widens only its own row",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "all_alone, any_alone = p**batch, 1.0 - (1.0 - p) ** batch",
+                "all_alone, any_alone = p**batch, p",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_row",
+        ),
     ),
     Mutant(
         name="auto shapes: plain rounds are never timed again while drafting",

@@ -227,6 +227,11 @@ MUTANTS = [
         tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
     ),
     Mutant(
+        name="continual run: a training set that grew keeps the position counted in the old, smaller order",
+        edits=(Edit(TRAINER, "    elif state.rows and state.rows != len(train_dataset):", "    elif False:"),),
+        tests=("tests/training/test_continual.py::test_a_training_set_that_grew_starts_a_new_order_over_all_of_it",),
+    ),
+    Mutant(
         name="continual run: a session starts from `drafter_model` instead of the run folder's weights",
         edits=(
             Edit(

@@ -110,6 +110,18 @@ def test_new_data_start_their_own_order_and_the_totals_carry_on(tmp_path, caplog
     assert "another data order" in caplog.text
 
 
+def test_a_training_set_that_grew_starts_a_new_order_over_all_of_it(tmp_path, caplog):
+    run_session(tmp_path, "a", tiny_rows(10), max_steps=2)
+    assert ContinualState.load(tmp_path / "run").rows == 10
+    grown = tiny_rows(14)  # the same answers and four more (a data regeneration that went on)
+    _, seen, _ = run_session(tmp_path, "b", grown, max_steps=2)
+    ids = [tuple(r) for r in grown["input_ids"]]
+    assert seen == [ids[i] for i in data_order(14, seed=7, start=0, count=4)]
+    state = ContinualState.load(tmp_path / "run")
+    assert (state.rows, state.position, state.steps, state.conversations) == (14, 4, 4, 8)
+    assert "now holds 14" in caplog.text
+
+
 def test_a_damaged_state_is_refused_in_one_line(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()

@@ -38,10 +38,12 @@ STATE_FILE = "continual_state.json"
 @dataclasses.dataclass
 class ContinualState:
     """Where a continual run stands. `position` counts conversations in the current data order (`data`, `seed`);
-    the totals count everything the drafter in the folder has trained on in this run, over every call."""
+    `rows` is the size of the training set that order shuffles (0: not recorded). The totals count everything the
+    drafter in the folder has trained on in this run, over every call."""
 
     data: str = ""
     seed: int = 0
+    rows: int = 0
     position: int = 0
     steps: int = 0
     conversations: int = 0

@@ -508,6 +508,16 @@ def continue_in_order(train_dataset, state: ContinualState | None, args: SlimSpe
             seed,
         )
         state = dataclasses.replace(state, data=args.dataset_path, seed=seed, position=0)
+    elif state.rows and state.rows != len(train_dataset):
+        logger.warning(
+            "`continual_dir` %s: its data order shuffles %d conversations, the training set now holds %d: a new order "
+            "over all of them starts at its first conversation; the run's totals carry on.",
+            args.continual_dir,
+            state.rows,
+            len(train_dataset),
+        )
+        state = dataclasses.replace(state, position=0)
+    state = dataclasses.replace(state, rows=len(train_dataset))
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     steps = args.max_steps if args.max_steps > 0 else math.ceil(len(train_dataset) * args.num_train_epochs / per_step)
     order = data_order(len(train_dataset), seed, state.position, steps * per_step)
