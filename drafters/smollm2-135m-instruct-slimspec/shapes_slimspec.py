@@ -15,8 +15,12 @@ further level over `top_k` nodes per row) and yields, per row,
 tokens, where c_j(m) is the probability that the target's token at depth j is among the drafter's m likeliest there
 (sampling: that one of the drafter's first m draws there is accepted; the path before it held) and m_j the children
 of the true path's node at depth j that the tree keeps (its `size` nodes spread over the depths where they add most).
-Plain decoding yields one token per row for T_verify(B, 1). The
-shape with the most tokens per second, B · E(s) / T(s), is used; plain decoding when none beats it.
+Plain decoding yields one token per row for T_verify(B, 1). With prompt lookup (`draft_lookup`), each drafting
+shape is also priced with it: a row whose latest tokens occurred earlier (a share p of row-rounds) verifies lookup's
+draft alone (W_L tokens, yielding E_L), so a round yields (1 - p) · E(s) + p · E_L tokens per row and, where any of
+the B rows matches (1 - (1 - p)^B), verifies max(size + 1, W_L) tokens per row; where all of them do (p^B), the
+drafter does not run. p, E_L and W_L are counted from the text decoded (`LookupRate`). The shape with the most
+tokens per second, B · E / T, is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
@@ -38,6 +42,7 @@ class DraftShape:
     size: int = 0
     depth: int = 0
     top_k: int = 1
+    lookup: bool = False  # prompt lookup drafts alone where it matches, and grafts onto the drafter's draft
 
     @property
     def is_plain(self) -> bool:
@@ -50,30 +55,75 @@ class DraftShape:
     def __str__(self) -> str:
         if self.is_plain:
             return "plain"
-        return f"chain {self.size}" if self.is_chain else f"tree {self.size}/{self.depth}/{self.top_k}"
+        name = f"chain {self.size}" if self.is_chain else f"tree {self.size}/{self.depth}/{self.top_k}"
+        return name + " + lookup" if self.lookup else name
 
     def settings(self) -> dict:
         """The decoding settings (names of `DraftSettings`) that draft this shape; plain decoding has none."""
         if self.is_plain:
             return {}
         if self.is_chain:
-            return {"num_assistant_tokens": self.size, "draft_tree_size": 0}
-        return {"draft_tree_size": self.size, "draft_tree_depth": self.depth, "draft_tree_top_k": self.top_k}
+            shape = {"num_assistant_tokens": self.size, "draft_tree_size": 0}
+        else:
+            shape = {"draft_tree_size": self.size, "draft_tree_depth": self.depth, "draft_tree_top_k": self.top_k}
+        return {**shape, "draft_lookup": self.lookup}
 
 
 # tree sizes tried: every size up to 8, then the verification widths a machine is probed at (2^i) and a few between
 TREE_SIZES = (*range(2, 9), 10, 12, 15, 16, 20, 24, 31, 32, 40, 48, 63, 64, 96, 127, 128)
 
 
-def candidate_shapes(max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8)) -> list[DraftShape]:
+def candidate_shapes(
+    max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8), lookup: bool = False
+) -> list[DraftShape]:
     """Plain decoding, chains of 1..`max_depth`, and trees of every depth up to `max_depth` with `top_k` children
-    and the `TREE_SIZES` up to `max_size` nodes (at least one node per level)."""
-    shapes = [DraftShape()]
-    shapes += [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
+    and the `TREE_SIZES` up to `max_size` nodes (at least one node per level); with `lookup`, each drafting shape
+    also with prompt lookup."""
+    shapes = [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
     for top_k in top_ks:
         for depth in range(1, max_depth + 1):
             shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
-    return shapes
+    with_lookup = [DraftShape(s.size, s.depth, s.top_k, lookup=True) for s in shapes] if lookup else []
+    return [DraftShape(), *shapes, *with_lookup]
+
+
+@dataclass
+class LookupRate:
+    """What prompt lookup would do in a row's round, counted from the text decoded: over `rounds` row-rounds, in
+    `alone` of them its match was long enough to draft alone, verifying `width` tokens per row in all (its draft and
+    the root) and yielding `tokens` (its draft's agreement with the tokens the target went on to emit, plus the
+    target's own). Every round of a `draft_shape="auto"` call counts, whether or not it drafted with lookup: a lookup
+    draft is accepted exactly as far as it agrees with the target's tokens (greedy; sampled, a one-hot draft is
+    accepted exactly when the target's draw is its token, so the agreement has the acceptance's distribution)."""
+
+    rounds: float = 0.0
+    alone: float = 0.0
+    tokens: float = 0.0
+    width: float = 0.0
+
+    def add(self, draft: int | None, tokens: int = 0) -> None:
+        """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
+        (agreement + 1)."""
+        self.rounds += 1.0
+        if draft is not None:
+            self.alone += 1.0
+            self.tokens += float(tokens)
+            self.width += float(draft + 1)
+
+    @property
+    def share(self) -> float:
+        """p: the share of row-rounds lookup drafts alone."""
+        return self.alone / self.rounds if self.rounds else 0.0
+
+    @property
+    def round_tokens(self) -> float:
+        """E_L: tokens a row-round drafted by lookup alone yields."""
+        return self.tokens / self.alone if self.alone else 1.0
+
+    @property
+    def round_width(self) -> float:
+        """W_L: tokens per row such a round verifies."""
+        return self.width / self.alone if self.alone else 1.0
 
 
 @dataclass
@@ -244,6 +294,22 @@ def round_time(shape: DraftShape, costs: RoundCosts, tokens: float) -> float:
     )
 
 
+def lookup_round(shape: DraftShape, costs: RoundCosts, tokens: float, rate: LookupRate) -> tuple[float, float]:
+    """Tokens per row and seconds of a round of `shape` drafted with prompt lookup (see the module): the drafter's
+    rounds yield `tokens` per row, lookup's `rate.round_tokens`."""
+    p, batch = rate.share, costs.batch_size
+    all_alone, any_alone = p**batch, 1.0 - (1.0 - p) ** batch
+    per_row = (1.0 - p) * tokens + p * rate.round_tokens
+    drafting = round_time(shape, costs, per_row) - costs.verify_time(shape.size + 1)  # the drafter's steps
+    seconds = (
+        all_alone * costs.verify_time(rate.round_width)
+        + (1.0 - all_alone) * drafting
+        + (any_alone - all_alone) * costs.verify_time(max(shape.size + 1, rate.round_width))
+        + (1.0 - any_alone) * costs.verify_time(shape.size + 1)
+    )
+    return per_row, seconds
+
+
 @dataclass(frozen=True)
 class ShapeChoice:
     """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every candidate's
@@ -261,10 +327,12 @@ def choose_shape(
     acceptance: DepthAcceptance,
     calibration: float = 1.0,
     margin: float = 0.0,
+    lookup: LookupRate | None = None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
-    accepted tokens (measured / predicted, from the running call)."""
+    accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
+    lookup (`lookup_round`; without it they are priced as without lookup)."""
     plain_speed = costs.batch_size / costs.verify_time(1)
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
@@ -278,7 +346,11 @@ def choose_shape(
     tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
     for shape in measured:
         tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
-        speed = costs.batch_size * tokens / round_time(shape, costs, tokens)
+        if shape.lookup and lookup is not None:
+            tokens, seconds = lookup_round(shape, costs, tokens, lookup)
+        else:
+            seconds = round_time(shape, costs, tokens)
+        speed = costs.batch_size * tokens / seconds
         predictions[str(shape)] = speed
         if speed > best_speed * (1 + 1e-9):
             best, best_speed = shape, speed
@@ -323,8 +395,10 @@ class ShapeTuner:
         probe_sizes: tuple[int, ...] = (1, 3, 7, 15, 31, 63),
         every: int = 8,
         top_ks: tuple[int, ...] = (2, 4, 8),
+        lookup: LookupRate | None = None,
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
+        self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
         self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
         self.shape, self.rounds = start, 0
@@ -361,9 +435,10 @@ class ShapeTuner:
         if self.choice is None or self.rounds % self.every == 0:
             costs = self.log.costs()
             if costs is not None:
-                self.candidates = candidate_shapes(len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks)
+                max_size, lookup = len(costs.verify) - 1, self.lookup is not None
+                self.candidates = candidate_shapes(max_size, self.acceptance.max_depth, self.top_ks, lookup)
                 self.choice = choose_shape(
-                    self.candidates, costs, self.acceptance, self.calibration, self.log.margin()
+                    self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
@@ -406,13 +481,14 @@ class ShapeTuner:
         shape: DraftShape,
         verify_seconds: float,
         draft_steps: list,
-        accepted: float,
+        accepted: float | None,
         width: int | None = None,
         timed: bool = True,
     ) -> None:
         """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
-        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row, over the batch).
-        `timed=False`: a round whose costs are not the batch size's (rows have finished): only its acceptance counts."""
+        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row the drafter drafted;
+        None: lookup drafted every row alone). `timed=False`: a round whose costs are not the batch size's (rows
+        have finished): only its acceptance counts."""
         self.rounds += 1
         if timed:
             self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
@@ -420,7 +496,7 @@ class ShapeTuner:
                 self.log.add_draft(max(1, round(nodes)), seconds)
         if timed and self.probes and shape.size == self.probes[0]:
             self.retry = self.probes.pop(0)
-        if not shape.is_plain:
+        if not shape.is_plain and accepted is not None:
             self.predicted += expected_tokens(shape, self.acceptance) - 1.0
             self.accepted += accepted
 
@@ -447,6 +523,14 @@ def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
     return per_mode[sampled]
 
 
+def lookup_rate(drafter, sampled: bool) -> LookupRate:
+    """What prompt lookup would do in the rounds this process decoded with `drafter` (greedy or sampled)."""
+    return _LOOKUP.setdefault(drafter, {}).setdefault(sampled, LookupRate())
+
+
+_LOOKUP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def measured_acceptance(drafter) -> dict:
     """What `draft_acceptance` stores: the per-depth acceptance this process holds for `drafter`, per mode it
     counted rounds in ({"greedy": ..., "sampled": ...})."""
@@ -460,7 +544,9 @@ def round_timer(settings, target, drafter, shape, batch_size: int, context: int,
     if settings.draft_shape != "auto":
         return None
     start = DraftShape(shape.size, shape.depth, shape.top_k)
-    tuner = ShapeTuner(cost_log(target, drafter, batch_size, context), depth_acceptance(drafter, sampled), start)
+    lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
+    log = cost_log(target, drafter, batch_size, context)
+    tuner = ShapeTuner(log, depth_acceptance(drafter, sampled), start, lookup=lookup)
     return RoundTimer(tuner, target.device, type(shape))
 
 
@@ -474,7 +560,8 @@ class RoundTimer:
         self.tree_shape = tree_shape
         self.shape, self.started, self.committed, self.drafted = tuner.shape, 0.0, 0.0, 0.0
         self.commit_width = 1  # positions per row the drafter's first step read (its accepted tokens, or more)
-        self.lookup_allowed = True  # whether the round may draft with prompt lookup (not while probing a width)
+        self.lookup_allowed = False  # whether the round drafts with prompt lookup (its shape's choice)
+        self.pending: list = []  # lookup's drafts not yet compared with what the target emitted: (seq, start, tokens)
         self.tokens, self.seconds = 0, 0.0
 
     def now(self) -> float:
@@ -485,12 +572,32 @@ class RoundTimer:
     def start(self, threshold: float):
         """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
         self.shape = self.tuner.next_shape()
-        # a probe measures its own width: lookup's grafts would widen it (a width-2 probe verified at 11 leaves width
-        # 2 unmeasured, and a chain's cost is read off the curve between its neighbours);
-        # in a batch, one row's match widens every row's verification, a width the choice did not price: no lookup
-        self.lookup_allowed = not self.tuner.probing and self.tuner.log.batch_size == 1
+        # a probe measures its own width, without lookup (its shapes have none): lookup's drafts would widen it
+        self.lookup_allowed = self.shape.lookup and not self.tuner.probing
         self.started = self.committed = self.drafted = self.now()
         return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
+
+    def note_lookup(self, seq, tokens: list[int] | None) -> None:
+        """A row's round starts at `seq`'s end: `tokens` is the draft prompt lookup makes alone there (None: it would
+        not), compared with what the target emits once the row has gone past it (`settle`)."""
+        if self.tuner.lookup is None:
+            return
+        if tokens is None:
+            self.tuner.lookup.add(None)
+        else:
+            self.pending.append((seq, seq.length, list(tokens)))
+
+    def settle(self, final: bool = False) -> None:
+        """Counts the lookup drafts the target has emitted past (all of them when the call is `final`)."""
+        waiting = []
+        for seq, start, draft in self.pending:
+            emitted = seq.ids[0, start : start + len(draft) + 1].tolist()
+            if len(emitted) <= len(draft) and not final:
+                waiting.append((seq, start, draft))
+                continue
+            agree = next((i for i, (a, b) in enumerate(zip(draft, emitted)) if a != b), min(len(draft), len(emitted)))
+            self.tuner.lookup.add(len(draft), min(agree + 1, len(emitted)))
+        self.pending = waiting
 
     def mark_committed(self, width: int) -> None:
         """The drafter's first step (over `width` positions per row: the tokens accepted since it last ran) is done."""
@@ -512,16 +619,21 @@ class RoundTimer:
         steps = [(self.commit_width, self.committed - self.started)] if levels else []
         if levels > 1:
             steps += [(self.shape.top_k, (self.drafted - self.committed) / (levels - 1))] * (levels - 1)
-        mean_accepted = sum(len(walked.path) for walked in accepted) / len(accepted)
+        # the drafter's rows only: lookup's rounds say nothing of the drafter's shape (`LookupRate` counts them)
+        drafter_rows = [len(walked.path) for tree, walked in zip(trees, accepted) if tree.source != "lookup"]
+        mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
         # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
         full = len(trees) == self.tuner.log.batch_size
         self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, timed=full)
         if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
             self.tokens += tokens
             self.seconds += end - self.started
+        self.settle()
 
     def save(self) -> None:
-        """Keeps the costs measured so far for the next process (`CostLog.save`)."""
+        """Counts the call's last lookup drafts; keeps the costs measured so far for the next process
+        (`CostLog.save`)."""
+        self.settle(final=True)
         self.tuner.log.save()
 
     def report(self) -> dict:
@@ -573,6 +685,9 @@ __all__ = [
     "candidate_shapes",
     "TREE_SIZES",
     "DepthAcceptance",
+    "LookupRate",
+    "lookup_rate",
+    "lookup_round",
     "expected_tokens",
     "tokens_by_size",
     "round_time",
