@@ -204,6 +204,11 @@ def test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_r
     assert not choice(4, 10).shape.lookup and not choice(4, 10).shape.is_plain
     assert choice(4, 3).shape.lookup and not choice(8, 3).shape.lookup  # at 8 rows most rounds have a match
     assert not choice(32, 3).shape.lookup and choice(32, 3).shape.is_plain
+    # lookup never drafting alone (sampling's settings): its grafts, priced once measured (the calibration), are
+    # verified nearly free for one prompt but widen every row of a batch
+    shapes, never = candidate_shapes(max_size=15, lookup=True), LookupRate(rounds=100)
+    assert choose_shape(shapes, costs(1), acceptance, lookup=never).shape.lookup
+    assert not choose_shape(shapes, costs(4), acceptance, lookup=never).shape.lookup
 
 
 def test_round_time_counts_verification_and_each_level():

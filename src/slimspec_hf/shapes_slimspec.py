@@ -332,13 +332,17 @@ def choose_shape(
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
-    lookup (`lookup_round`; without it they are priced as without lookup)."""
+    lookup (`lookup_round`; without it they are priced as without lookup). Lookup's grafts onto the drafter's draft are
+    priced through `calibration` only (the drafter's rows accept more where they hold): for one prompt, a shape with
+    lookup wins a tie with the same shape without, in a batch the shape without (grafts widen every row)."""
     plain_speed = costs.batch_size / costs.verify_time(1)
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
     measured = [
         s for s in candidates if not s.is_plain and s.size + 1 <= len(costs.verify) and s.top_k <= len(costs.draft)
     ]
+    if costs.batch_size == 1:  # one prompt: where the prediction is even, lookup (its grafts verified nearly free)
+        measured.sort(key=lambda s: not s.lookup)
     families = {}  # (depth, top_k) -> E by size, one pass each
     for shape in measured:
         key = (shape.depth, shape.top_k)

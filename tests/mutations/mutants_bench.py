@@ -381,6 +381,13 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        name="auto shapes: one prompt's even choice between a shape with lookup and without goes without",
+        edits=(Edit("shapes_slimspec.py", "measured.sort(key=lambda s: not s.lookup)", "pass"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_row",
+        ),
+    ),
+    Mutant(
         name="auto shapes: one row's lookup draft widens only its own row",
         edits=(
             Edit(
