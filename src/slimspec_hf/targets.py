@@ -47,6 +47,7 @@ class EmbeddedTarget:
     chat_template: str | None = None
     stop_strings: tuple[str, ...] = ()
     license: str = "apache-2.0"
+    notice: str = ""  # what the licence asks every copy and derivative (a drafter distilled from it) to carry
     drafter: str = ""
 
     @property
@@ -83,6 +84,12 @@ EMBEDDED_TARGETS = {
         chat_template=QUESTION_ANSWER_TEMPLATE,
         stop_strings=STOP_STRINGS,
         license="gemma",
+        notice=(
+            "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms. "
+            "This drafter is trained on Gemma's outputs: the Terms of Use, and the use restrictions of the Gemma "
+            "Prohibited Use Policy (ai.google.dev/gemma/prohibited_use_policy) that they include, apply to it and "
+            "to anything derived from it."
+        ),
         drafter="gemma-3-270m-slimspec",
     ),
 }

@@ -61,6 +61,23 @@ def test_quick_start_uses_the_chat_template_and_the_real_ids():
     assert "<your-org>" not in card and "<commit-sha>" not in card and "<target-model-id>" not in card
 
 
+def test_a_gemma_drafters_card_carries_the_terms_notice_and_a_quick_start_without_a_chat_template():
+    """Gemma-3-270M is a base model (no chat template) under the Gemma Terms of Use: its drafter's card says so in its
+    licence section and prompts it the way the drafter was trained (the plain question format), with code that runs."""
+    import ast
+
+    config = _config(target_model_name_or_path="google/gemma-3-270m", vocab_size=262144, hidden_size=640)
+    card = str(render_model_card(config, repo_id="org/gemma-drafter", revision="c" * 40))
+    assert _front_matter(card)["license"] == "gemma"
+    assert "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms" in card
+    assert "apply_chat_template" not in card and "Question: Explain speculative decoding" in card
+    quick_start = card.split("```python")[1].split("```")[0]
+    ast.parse(quick_start)
+    assert "stop_strings=['\\nQuestion:']" in quick_start
+    smollm2 = str(render_model_card(_config()))
+    assert "Gemma" not in smollm2 and "apply_chat_template" in smollm2
+
+
 def test_recipe_shows_no_local_values_and_names_the_target():
     recipe = {
         "target_model": "embedded",

@@ -26,6 +26,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..configuration_slimspec import SlimSpecDrafterConfig
 from ..drafting_slimspec import draft_generation_config
+from ..prompt_formats import question_prompt
 from ..targets import EMBEDDED_TARGETS, embedded_target, is_embedded
 from ..training.card_inputs import CARD_INPUTS_FILE, load_card_inputs, plain, recipe_dict
 from ..training.config import SlimSpecConfig, card_fields
@@ -54,6 +55,9 @@ PLACEHOLDER_REVISION = "<commit-sha>"
 # Licences of targets whose card is known here; any other target's licence is read from the Hub at push time
 # (`interop.hub.target_license`) or given with `slimspec push --license`.
 KNOWN_TARGET_LICENSES = {spec.hub_id: spec.license for spec in EMBEDDED_TARGETS.values()}
+KNOWN_TARGET_NOTICES = {spec.hub_id: spec.notice for spec in EMBEDDED_TARGETS.values() if spec.notice}
+# base models (no chat template of their own): the plain format their drafters were trained on, and where it stops
+BASE_TARGETS = {spec.hub_id: spec.stop_strings for spec in EMBEDDED_TARGETS.values() if spec.is_base_model}
 # Recipe keys that describe the machine a run used, not the recipe: never shown in a card.
 RECIPE_LOCAL = {
     "use_cpu",
@@ -565,6 +569,7 @@ def render_model_card(
     """
     config, folder_name = read_drafter_config(model_dir_or_config)
     target = _card_target(config)
+    base = target in BASE_TARGETS
     full_recipe = recipe_dict(recipe)
     public_recipe = _public_recipe(full_recipe, target)
     results_list = read_results(results)
@@ -585,6 +590,9 @@ def render_model_card(
         revision_known=revision is not None,
         datasets=datasets,
         license=license,
+        notice=KNOWN_TARGET_NOTICES.get(target or ""),
+        base_prompt=repr(question_prompt("Explain speculative decoding in two sentences.")) if base else None,
+        stop_strings=repr(list(BASE_TARGETS.get(target or "", ()))),
         **_template_values(config, public_recipe, results_list, sources, head),
     )
     # The template's optional sections leave runs of blank lines behind; markdown needs at most one.
