@@ -122,7 +122,7 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     timer.start(0.0)
     timer.mark_committed(40)
     timer.mark_drafted()
-    tree = SimpleNamespace(source="drafter", kept=list(range(6)))
+    tree = SimpleNamespace(source="drafter", kept=list(range(6)), drafter_prefix=len, grafted_kept=lambda: 0)
     timer.end([tree], [SimpleNamespace(path=[0])], tokens=2)
     assert tuner.log.draft[40] == [pytest.approx(0.30)] and tuner.log.draft[2] == [pytest.approx(0.02)] * 2
     assert tuner.log.verify[7] == [pytest.approx(0.16)]
@@ -139,7 +139,7 @@ def test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch():
     tuner.probes.clear()
     tuner.next_shape = lambda: DraftShape(1, 1, 1)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
-    tree = SimpleNamespace(source="drafter", kept=[0])
+    tree = SimpleNamespace(source="drafter", kept=[0], drafter_prefix=len, grafted_kept=lambda: 0)
     for rows, seconds in ((4, 0.20), (2, 0.08)):
         timer.now = iter([0.0, 0.01, 0.01, seconds]).__next__
         timer.start(0.0)
@@ -209,6 +209,26 @@ def test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_r
     shapes, never = candidate_shapes(max_size=15, lookup=True), LookupRate(rounds=100)
     assert choose_shape(shapes, costs(1), acceptance, lookup=never).shape.lookup
     assert not choose_shape(shapes, costs(4), acceptance, lookup=never).shape.lookup
+
+
+def test_lookups_grafts_are_priced_by_the_tokens_and_the_width_they_add():
+    """Grafts add about the same tokens to every shape's rows (worth most to the cheapest rounds) and their nodes to
+    the verified ones (one grafted row widens the whole batch)."""
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+
+    def choice(rows, **graft):
+        costs = RoundCosts(
+            batch_size=rows,
+            verify=tuple(0.040 + 0.004 * rows * n for n in range(1, 33)),
+            draft=tuple(0.002 + 0.0005 * rows * w for w in range(1, 9)),
+        )
+        rate = LookupRate(rounds=100, drafted=100, **graft)
+        return choose_shape(candidate_shapes(max_size=31, lookup=True), costs, acceptance, lookup=rate).shape
+
+    assert choice(1, graft_tokens=60.0).lookup and choice(1, graft_tokens=60.0).size < choice(1).size
+    assert not choice(1, graft_tokens=60.0, grafted=50.0, graft_nodes=500.0).lookup  # 10 nodes in half the rows
+    assert choice(4, graft_tokens=30.0).lookup
+    assert not choice(4, graft_tokens=30.0, grafted=50.0, graft_nodes=150.0).lookup  # most rounds 3 nodes wider
 
 
 def test_round_time_counts_verification_and_each_level():
@@ -654,6 +674,17 @@ def test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_draf
     rounds, accepted = stats.rounds_by_source["lookup"], stats.accepted_by_source.get("lookup", 0)
     assert rates[True].alone == rounds and rates[True].tokens == accepted + rounds
     assert rates[True].round_tokens > 1.0  # the tiny target repeats itself: some of lookup's drafts hold
+    assert rates[False].drafted == 0  # no graft measured where lookup did not draft
+    # lookup as a branch beside the drafter's draft, never alone (sampling's settings): what it adds to the drafter's
+    # rows, counted apart from the drafter's own acceptance
+    drafter = make_tiny_drafter(tiny_target)
+    branches = dict(draft_lookup_min_ngram=8, draft_lookup_branch_ngram=1)
+    tiny_target.generate(ids, assistant_model=drafter, **kwargs, **branches)
+    stats, rate = drafter.last_generation_stats, lookup_rate(drafter, False)
+    sources = stats.rounds_by_source
+    assert rate.drafted == sources.get("drafter", 0) + sources.get("drafter+lookup", 0)
+    assert 0 < rate.graft_tokens <= stats.accepted_by_source["drafter+lookup"]
+    assert 0 < rate.grafted <= sources["drafter+lookup"] and rate.graft_width >= 1.0
 
 
 def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_wins(monkeypatch, tiny_target):

@@ -308,6 +308,7 @@ class SpeculativeDecoder:
         agrees = match is not None and int(root_logits.argmax()) == match.tokens[0]
         if agrees and not self.tree_masks:
             return lookup_tree(match.tokens)  # a target without tree masks verifies chains only
+        tree.grafted_from = len(tree.tokens)
         if agrees or (self.tree_masks and lookup.branches(match)):
             # a match the drafter agrees with, or one long enough to be a branch of its own: verified in the same
             # forward as the drafter's draft (a choice made from the text alone, before any draw: lossless sampled)

@@ -19,7 +19,10 @@ Plain decoding yields one token per row for T_verify(B, 1). With prompt lookup (
 shape is also priced with it: a row whose latest tokens occurred earlier (a share p of row-rounds) verifies lookup's
 draft alone (W_L tokens, yielding E_L), so a round yields (1 - p) · E(s) + p · E_L tokens per row and, where any of
 the B rows matches (1 - (1 - p)^B), verifies max(size + 1, W_L) tokens per row; where all of them do (p^B), the
-drafter does not run. p, E_L and W_L are counted from the text decoded (`LookupRate`). The shape with the most
+drafter does not run. Onto the other rows' drafts lookup grafts what followed earlier (a match the drafter agrees
+with, a branch, an extension of its likeliest path): G more tokens per row, n_g more nodes in the share g of rows
+it grafts onto, so those rounds verify size + 1 + (1 - (1 - g)^B) · n_g tokens per row. p, E_L and W_L are counted
+from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). The shape with the most
 tokens per second, B · E / T, is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
@@ -100,6 +103,36 @@ class LookupRate:
     alone: float = 0.0
     tokens: float = 0.0
     width: float = 0.0
+    # the drafter's rows of rounds that drafted with lookup: how many, the tokens its grafts added to their accepted
+    # paths, how many it grafted onto and the nodes those grafts added to the verified ones
+    drafted: float = 0.0
+    graft_tokens: float = 0.0
+    grafted: float = 0.0
+    graft_nodes: float = 0.0
+
+    def add_graft(self, tokens: int, nodes: int) -> None:
+        """One drafter row of a round that drafted with lookup: its grafts added `tokens` to the accepted path and
+        `nodes` to the verified ones (0 and 0: nothing grafted)."""
+        self.drafted += 1.0
+        self.graft_tokens += float(tokens)
+        if nodes > 0:
+            self.grafted += 1.0
+            self.graft_nodes += float(nodes)
+
+    @property
+    def graft_gain(self) -> float:
+        """G: tokens lookup's grafts add per drafter row."""
+        return self.graft_tokens / self.drafted if self.drafted else 0.0
+
+    @property
+    def graft_share(self) -> float:
+        """g: the share of drafter rows lookup grafts onto."""
+        return self.grafted / self.drafted if self.drafted else 0.0
+
+    @property
+    def graft_width(self) -> float:
+        """n_g: the nodes a graft adds to its row."""
+        return self.graft_nodes / self.grafted if self.grafted else 0.0
 
     def add(self, draft: int | None, tokens: int = 0) -> None:
         """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
@@ -299,13 +332,14 @@ def lookup_round(shape: DraftShape, costs: RoundCosts, tokens: float, rate: Look
     rounds yield `tokens` per row, lookup's `rate.round_tokens`."""
     p, batch = rate.share, costs.batch_size
     all_alone, any_alone = p**batch, 1.0 - (1.0 - p) ** batch
-    per_row = (1.0 - p) * tokens + p * rate.round_tokens
+    per_row = (1.0 - p) * (tokens + rate.graft_gain) + p * rate.round_tokens
     drafting = round_time(shape, costs, per_row) - costs.verify_time(shape.size + 1)  # the drafter's steps
+    width = shape.size + 1 + (1.0 - (1.0 - rate.graft_share) ** batch) * rate.graft_width  # with the rows' grafts
     seconds = (
         all_alone * costs.verify_time(rate.round_width)
         + (1.0 - all_alone) * drafting
-        + (any_alone - all_alone) * costs.verify_time(max(shape.size + 1, rate.round_width))
-        + (1.0 - any_alone) * costs.verify_time(shape.size + 1)
+        + (any_alone - all_alone) * costs.verify_time(max(width, rate.round_width))
+        + (1.0 - any_alone) * costs.verify_time(width)
     )
     return per_row, seconds
 
@@ -332,9 +366,9 @@ def choose_shape(
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
-    lookup (`lookup_round`; without it they are priced as without lookup). Lookup's grafts onto the drafter's draft are
-    priced through `calibration` only (the drafter's rows accept more where they hold): for one prompt, a shape with
-    lookup wins a tie with the same shape without, in a batch the shape without (grafts widen every row)."""
+    lookup (`lookup_round`; without it they are priced as without lookup). Before any round drafted with lookup its
+    grafts are not measured: for one prompt a shape with lookup then wins a tie with the same shape without (grafts
+    verify nearly free there), in a batch the shape without (they widen every row)."""
     plain_speed = costs.batch_size / costs.verify_time(1)
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
@@ -623,8 +657,16 @@ class RoundTimer:
         steps = [(self.commit_width, self.committed - self.started)] if levels else []
         if levels > 1:
             steps += [(self.shape.top_k, (self.drafted - self.committed) / (levels - 1))] * (levels - 1)
-        # the drafter's rows only: lookup's rounds say nothing of the drafter's shape (`LookupRate` counts them)
-        drafter_rows = [len(walked.path) for tree, walked in zip(trees, accepted) if tree.source != "lookup"]
+        # the drafter's rows only, and of their paths the drafter's own nodes: lookup's rounds and grafts say nothing
+        # of the drafter's shape (`LookupRate` counts them)
+        drafter_rows = []
+        for tree, walked in zip(trees, accepted):
+            if tree.source == "lookup":
+                continue
+            own = tree.drafter_prefix(walked.path)
+            drafter_rows.append(own)
+            if self.lookup_allowed and self.tuner.lookup is not None:
+                self.tuner.lookup.add_graft(len(walked.path) - own, tree.grafted_kept())
         mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
         # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
         full = len(trees) == self.tuner.log.batch_size

@@ -388,6 +388,36 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        name="auto shapes: tokens accepted on lookup's grafts count as the drafter's own",
+        edits=(
+            Edit(
+                "drafting_slimspec.py",
+                "        if self.grafted_from is None:\n            return len(path)",
+                "        if True:\n            return len(path)",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_drafted",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: a graft's nodes are taken for the drafter's",
+        edits=(Edit("decoding_slimspec.py", "        tree.grafted_from = len(tree.tokens)\n", ""),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_drafted",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: the tokens lookup's grafts add are not priced",
+        edits=(Edit("shapes_slimspec.py", "(tokens + rate.graft_gain)", "(tokens + 0.0)"),),
+        tests=("tests/test_shapes_slimspec.py::test_lookups_grafts_are_priced_by_the_tokens_and_the_width_they_add",),
+    ),
+    Mutant(
+        name="auto shapes: the nodes lookup's grafts add are not priced",
+        edits=(Edit("shapes_slimspec.py", "** batch) * rate.graft_width", "** batch) * 0.0"),),
+        tests=("tests/test_shapes_slimspec.py::test_lookups_grafts_are_priced_by_the_tokens_and_the_width_they_add",),
+    ),
+    Mutant(
         name="auto shapes: one row's lookup draft widens only its own row",
         edits=(
             Edit(
