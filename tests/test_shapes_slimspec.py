@@ -195,8 +195,8 @@ def test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_r
             draft=tuple(0.002 + 0.0005 * rows * w for w in range(1, 9)),
         )
 
-    def choice(rows, draft_tokens):  # lookup drafts alone in 30% of rows' rounds, yielding 4 tokens there
-        rate = LookupRate(rounds=100, alone=30, tokens=30 * 4.0, width=30 * (draft_tokens + 1.0))
+    def choice(rows, draft_tokens):  # lookup alone in 30% of rows' rounds, yielding 4 tokens; its grafts add nothing
+        rate = LookupRate(rounds=100, alone=30, tokens=30 * 4.0, width=30 * (draft_tokens + 1.0), drafted=1000)
         return choose_shape(candidate_shapes(max_size=15, lookup=True), costs(rows), acceptance, lookup=rate)
 
     without = choose_shape(candidate_shapes(max_size=15), costs(1), acceptance)
@@ -204,11 +204,13 @@ def test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_r
     assert not choice(4, 10).shape.lookup and not choice(4, 10).shape.is_plain
     assert choice(4, 3).shape.lookup and not choice(8, 3).shape.lookup  # at 8 rows most rounds have a match
     assert not choice(32, 3).shape.lookup and choice(32, 3).shape.is_plain
-    # lookup never drafting alone (sampling's settings): its grafts, priced once measured (the calibration), are
-    # verified nearly free for one prompt but widen every row of a batch
-    shapes, never = candidate_shapes(max_size=15, lookup=True), LookupRate(rounds=100)
-    assert choose_shape(shapes, costs(1), acceptance, lookup=never).shape.lookup
-    assert not choose_shape(shapes, costs(4), acceptance, lookup=never).shape.lookup
+    # lookup never drafting alone (sampling's settings): its grafts, not measured yet, start from an optimistic prior
+    # so that a shape with lookup is drafted (and measured) before it can be ruled out; measured to add nothing, not
+    shapes = candidate_shapes(max_size=15, lookup=True)
+    for rows in (1, 4):
+        assert choose_shape(shapes, costs(rows), acceptance, lookup=LookupRate(rounds=100)).shape.lookup
+        nothing = LookupRate(rounds=100, drafted=200, grafted=100, graft_nodes=300)
+        assert not choose_shape(shapes, costs(rows), acceptance, lookup=nothing).shape.lookup
 
 
 def test_lookups_grafts_are_priced_by_the_tokens_and_the_width_they_add():

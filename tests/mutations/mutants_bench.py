@@ -381,8 +381,14 @@ MUTANTS = [
         ),
     ),
     Mutant(
-        name="auto shapes: one prompt's even choice between a shape with lookup and without goes without",
-        edits=(Edit("shapes_slimspec.py", "measured.sort(key=lambda s: not s.lookup)", "pass"),),
+        name="auto shapes: lookup's grafts start from nothing, so a shape with lookup may never be drafted to measure them",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0",
+                "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.0, 16.0",
+            ),
+        ),
         tests=(
             "tests/test_shapes_slimspec.py::test_lookup_is_chosen_where_its_drafts_pay_for_the_width_they_add_to_every_row",
         ),
