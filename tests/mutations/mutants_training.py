@@ -227,19 +227,6 @@ MUTANTS = [
         tests=("tests/training/test_continual.py::test_two_sessions_continue_one_run_through_the_folder",),
     ),
     Mutant(
-        name="continual run: a run folder in shards is taken for an empty one",
-        edits=(
-            Edit(
-                "training/continual.py",
-                'or (folder / "model.safetensors.index.json").is_file()',
-                "or False",
-            ),
-        ),
-        tests=(
-            "tests/training/test_continual.py::test_a_run_folder_is_written_in_shards_a_git_host_accepts_and_continued_from_them",
-        ),
-    ),
-    Mutant(
         name="continual run: a training set that grew keeps the position counted in the old, smaller order",
         edits=(Edit(TRAINER, "    elif state.rows and state.rows != len(train_dataset):", "    elif False:"),),
         tests=("tests/training/test_continual.py::test_a_training_set_that_grew_starts_a_new_order_over_all_of_it",),

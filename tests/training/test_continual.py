@@ -90,25 +90,6 @@ def test_two_sessions_continue_one_run_through_the_folder(tmp_path):
     assert [s["from_position"] for s in state.sessions] == [0, 6]
 
 
-def test_a_run_folder_is_written_in_shards_a_git_host_accepts_and_continued_from_them(tmp_path, monkeypatch):
-    from slimspec_hf.training import continual
-
-    monkeypatch.setattr(continual, "SHARD_SIZE", "20KB")  # the tiny drafter's weights, over several shards
-    run_session(tmp_path, "a", tiny_rows(10), max_steps=2)
-    folder = tmp_path / "run"
-    shards = sorted(folder.glob("model-*.safetensors"))
-    assert len(shards) > 1 and not (folder / "model.safetensors").exists()
-    assert max(s.stat().st_size for s in shards) <= 20_000
-    assert ContinualState.load(folder).has_weights(folder)
-    weights = {}
-    for shard in shards:
-        weights.update(load_file(shard))
-    _, _, start = run_session(tmp_path, "b", tiny_rows(10), max_steps=1)
-    assert set(start) == set(weights)
-    for name, tensor in weights.items():  # the next call starts from the sharded weights
-        torch.testing.assert_close(start[name], tensor.float(), rtol=0, atol=0)
-
-
 def test_a_session_writes_the_folder_at_every_save_and_trains_on(tmp_path):
     # the folder is written (recipe included) while the Trainer runs: nothing it does may break the Trainer's state
     trainer, seen, _ = run_session(tmp_path, "a", tiny_rows(10), max_steps=3, save_strategy="steps", save_steps=1)

@@ -33,9 +33,6 @@ from .card_inputs import record_card_inputs
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "continual_state.json"
-# a run folder's weights are written in shards under a git host's per-file limit (25 MiB), so that the folder can be
-# committed, and shipped as a drafter, as it is
-SHARD_SIZE = "20MB"
 
 
 @dataclasses.dataclass
@@ -71,8 +68,7 @@ class ContinualState:
             ) from None
 
     def has_weights(self, folder: str | Path) -> bool:
-        folder = Path(folder)
-        return (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
+        return (Path(folder) / "model.safetensors").is_file()
 
 
 def data_order(num_rows: int, seed: int, start: int, count: int) -> list[int]:
@@ -144,10 +140,9 @@ class ContinualCallback(TrainerCallback):
 
 
 def write_run_folder(folder: str | Path, drafter, state: ContinualState, recipe=None) -> None:
-    """The drafter's weights in bf16 (its fp32 master weights untouched; in shards of at most `SHARD_SIZE`), its
-    config, generation config, `state` and the card's inputs (the run's `recipe`, so that the folder ships with its
-    recipe on its card), staged beside `folder` and swapped in whole (no copy of the remote code: the package loads a
-    run folder)."""
+    """The drafter's weights in bf16 (its fp32 master weights untouched), its config, generation config, `state` and
+    the card's inputs (the run's `recipe`, so that the folder ships with its recipe on its card), staged beside
+    `folder` and swapped in whole (no copy of the remote code: the package loads a run folder)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     parent = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -156,7 +151,7 @@ def write_run_folder(folder: str | Path, drafter, state: ContinualState, recipe=
         weights = {
             name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in drafter.state_dict().items()
         }
-        drafter.save_pretrained(staging, state_dict=weights, safe_serialization=True, max_shard_size=SHARD_SIZE)
+        drafter.save_pretrained(staging, state_dict=weights, safe_serialization=True)
         config = json.loads((staging / "config.json").read_text())
         config["dtype"] = "bfloat16"  # the weights' dtype (save_pretrained writes the fp32 master weights')
         atomic_write_json(staging / "config.json", config)
