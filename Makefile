@@ -46,7 +46,14 @@ test-all: install
 # One session of the Gemma-3-270M drafter's run: from its run folder (checkpoints/, committed at most once a session)
 # for TRAIN_SECONDS on one thread, writing the folder back as it goes. Never part of `make test`.
 TRAIN_SECONDS ?= 3600
+# The Gemma-3-270M drafter's continual run (recipes/gemma-3-270m/slimspec/). A machine without the run folder
+# continues the run from the shipped drafter (its weights and continual_state.json).
+GEMMA_RUN := checkpoints/gemma-3-270m-slimspec
+GEMMA_SHIPPED := drafters/gemma-3-270m-slimspec
 train-gemma: install
+	test -f $(GEMMA_RUN)/continual_state.json || { mkdir -p $(GEMMA_RUN) && for f in config.json \
+		generation_config.json model.safetensors continual_state.json slimspec_card.json; do \
+		cp $(GEMMA_SHIPPED)/$$f $(GEMMA_RUN)/ || exit 1; done; }
 	OMP_NUM_THREADS=1 $(VENV)/bin/slimspec train --config recipes/gemma-3-270m/slimspec/config_embedded_v1.yaml \
 		--max_train_seconds $(TRAIN_SECONDS)
 

@@ -107,6 +107,11 @@ def test_ship_script_writes_a_bf16_folder_with_the_drafting_settings(tmp_path):
     with pytest.raises(ValueError, match="draft_sampling.*tree_size"):
         ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--draft-sampling", '{"tree_size": 2}'])
     assert json.loads((dest / "generation_config.json").read_text())["num_assistant_tokens"] == 3
+    # a continual run's folder ships with its state (the run goes on from the shipped drafter), and `draft_shape`
+    (tmp_path / "trained" / "continual_state.json").write_text('{"steps": 5}')
+    assert ship.main([str(tmp_path / "trained"), "--dest", str(dest), "--draft-shape", "auto"]) == 0
+    assert json.loads((dest / "continual_state.json").read_text()) == {"steps": 5}
+    assert json.loads((dest / "generation_config.json").read_text())["draft_shape"] == "auto"
 
 
 def test_shipped_settings_for_greedy_sampling_and_batches():
