@@ -78,6 +78,25 @@ def test_a_gemma_drafters_card_carries_the_terms_notice_and_a_quick_start_withou
     assert "Gemma" not in smollm2 and "apply_chat_template" in smollm2
 
 
+def test_a_card_says_how_an_auto_drafter_drafts_and_what_a_continual_run_trained_on(tmp_path):
+    from slimspec_hf.interop.model_card import write_model_card
+
+    folder = tmp_path / "drafter"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_config()))
+    (folder / "generation_config.json").write_text(json.dumps({"draft_shape": "auto", "draft_lookup": True}))
+    state = {"steps": 626, "conversations": 2504, "tokens": 498568, "seconds": 23453.0, "sessions": [{}] * 5}
+    (folder / "continual_state.json").write_text(json.dumps(state))
+    card = write_model_card(folder, recipe={"learning_rate": 5e-4, "max_steps": 100000}).read_text()
+    assert 'It picks each round\'s draft on your machine (`draft_shape="auto"`' in card
+    assert "with hybrid prompt lookup" in card and "It drafts 6 tokens per round" not in card
+    assert "cut into 5 time-boxed calls on one CPU core: 626\nsteps, 2,504 conversations, 0.50M tokens, 6.5 h" in card
+    (folder / "generation_config.json").write_text(json.dumps({"draft_shape": "fixed"}))
+    (folder / "continual_state.json").unlink()
+    card = write_model_card(folder).read_text()
+    assert "It drafts 6 tokens per round" in card and "draft_shape" not in card and "continual run" not in card
+
+
 def test_recipe_shows_no_local_values_and_names_the_target():
     recipe = {
         "target_model": "embedded",

@@ -148,7 +148,7 @@ RESULT_CONTEXT = (
     ("hardware", "hardware"),
 )
 # The draft settings the card states, read from the drafter's generation_config (else its defaults).
-CARD_DRAFT_SETTINGS = ("num_assistant_tokens", "draft_lookup", "draft_tree_size")
+CARD_DRAFT_SETTINGS = ("num_assistant_tokens", "draft_lookup", "draft_tree_size", "draft_shape")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -203,6 +203,7 @@ def read_drafter_config(model_dir_or_config: Any) -> tuple[dict, str | None]:
         config["num_assistant_tokens"] = settings["num_assistant_tokens"]
     config["draft_lookup"] = bool(settings.get("draft_lookup"))
     config["draft_tree_size"] = int(settings.get("draft_tree_size") or 0)
+    config["draft_shape"] = settings.get("draft_shape") or "fixed"
     model_type = config.get("model_type")
     if model_type != MODEL_TYPE:
         raise ValueError(
@@ -516,11 +517,29 @@ def _card_data(target, license, tags, datasets, model_name, results) -> ModelCar
     )
 
 
+def _continual_run(model_dir_or_config: Any) -> dict | None:
+    """What a continual run's state in a drafter folder (`continual_state.json`) says it trained on, for the card."""
+    if not isinstance(model_dir_or_config, (str, os.PathLike)):
+        return None
+    path = Path(model_dir_or_config) / "continual_state.json"
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            "steps": f"{int(state['steps']):,}",
+            "conversations": f"{int(state['conversations']):,}",
+            "tokens": f"{int(state['tokens']) / 1e6:.2f}M",
+            "hours": f"{float(state['seconds']) / 3600:.1f}",
+            "calls": len(state.get("sessions") or ()),
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _template_values(config: dict, recipe: dict | None, results: list[dict] | None, sources, head: dict) -> dict:
     """The template's values read from the drafter's config, the public recipe, the results and the prompt sources
     (besides the card's identity: target, repo, revision, datasets, licence)."""
     values = {key: config.get(key) for key in ("target_layer_ids", "target_num_hidden_layers", "hidden_size")}
-    values.update({key: config.get(key) for key in ("num_assistant_tokens", "draft_lookup", "draft_tree_size")})
+    values.update({key: config.get(key) for key in CARD_DRAFT_SETTINGS})
     return {
         **values,
         "vocab_size": config.get("vocab_size"),
@@ -591,6 +610,7 @@ def render_model_card(
         datasets=datasets,
         license=license,
         notice=KNOWN_TARGET_NOTICES.get(target or ""),
+        continual=_continual_run(model_dir_or_config),
         base_prompt=repr(question_prompt("Explain speculative decoding in two sentences.")) if base else None,
         stop_strings=repr(list(BASE_TARGETS.get(target or "", ()))),
         **_template_values(config, public_recipe, results_list, sources, head),
