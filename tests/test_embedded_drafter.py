@@ -175,12 +175,16 @@ def test_shipped_folder_runs_as_remote_code_without_the_package(tmp_path, embedd
 
 
 def test_shipped_remote_code_is_the_package_code():
-    """The shipped folder carries the package's remote-code unit as it is (re-copy after changing it)."""
+    """Every shipped folder carries the package's remote-code unit as it is (re-copy after changing it)."""
     from slimspec_hf.interop.hub import PACKAGE_DIR, REMOTE_CODE_FILES
+    from slimspec_hf.paths import drafters_dir
 
-    for name in REMOTE_CODE_FILES:
-        assert (EMBEDDED_DRAFTER_DIR / name).read_text() == (PACKAGE_DIR / name).read_text(), name
-    assert sorted(p.name for p in EMBEDDED_DRAFTER_DIR.glob("*.py")) == sorted(REMOTE_CODE_FILES)
+    folders = [p.parent for p in drafters_dir().glob("*/config.json")]
+    assert EMBEDDED_DRAFTER_DIR in folders and len(folders) >= 2
+    for folder in folders:
+        for name in REMOTE_CODE_FILES:
+            assert (folder / name).read_text() == (PACKAGE_DIR / name).read_text(), (folder.name, name)
+        assert sorted(p.name for p in folder.glob("*.py")) == sorted(REMOTE_CODE_FILES), folder.name
 
 
 def test_every_shipped_folder_records_the_dtype_of_its_weights():

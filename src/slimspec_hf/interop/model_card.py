@@ -141,6 +141,8 @@ PROMPT_SOURCES = {
 RESULT_CONTEXT = (
     ("temperature", "temperature"),
     ("num_assistant_tokens", "k (draft tokens per round)"),
+    ("draft_shape", "draft shape"),
+    ("reference", "ν against"),
     ("num_samples", "questions"),
     ("max_new_tokens", "max new tokens"),
     ("repeats", "repeats"),
@@ -481,7 +483,9 @@ def _recipe_rows(recipe: dict | None) -> list[tuple[str, str]]:
 def _result_row(entry: dict, config: dict) -> dict:
     """One results entry for the template: its dataset, its conditions (labelled) and its metrics."""
     values = dict(entry)
-    if values.get("num_assistant_tokens") is None and config.get("num_assistant_tokens"):
+    if config.get("draft_shape") == "auto" and values.get("num_assistant_tokens") is None:
+        values.setdefault("draft_shape", "auto (chosen on the machine)")  # no one k: each round's draft is chosen
+    elif values.get("num_assistant_tokens") is None and config.get("num_assistant_tokens"):
         values["num_assistant_tokens"] = f"{config['num_assistant_tokens']} (the drafter's default)"
     labelled = dict(RESULT_CONTEXT)
     keys = [k for k, _ in RESULT_CONTEXT] + [k for k in values if k not in labelled]

@@ -1,0 +1,378 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""What rounds cost on this machine, for `draft_shape="auto"`: the measured tables (`CostLog`: the target verifying n
+tokens per row, the drafter's step over w nodes, at one batch size and prompt-length bucket), the curves the choice
+reads (`RoundCosts`), the plain-decoding choices with their re-check cadence, and their keeping across processes
+(`costs_file`: one JSON file per target and drafter architecture, dtype, processor, threads, batch size and prompt
+length, in the package's cache folder).
+
+Part of the remote-code unit: it imports only the standard library and `torch`.
+"""
+
+import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+logger = logging.getLogger(__name__)
+
+ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
+# What the calls of this process measured, per target (weak keys: a model's entries go with the model)
+_COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """Measured costs at one batch size, in seconds: `verify[n - 1]` the target verifying n tokens per row,
+    `draft[w - 1]` one drafter step over w nodes per row."""
+
+    batch_size: int
+    verify: tuple[float, ...]
+    draft: tuple[float, ...]
+
+    @staticmethod
+    def _at(curve: tuple[float, ...], n: float) -> float:
+        """`curve` at n (1-based), interpolated between measured points, extended linearly past the last two."""
+        if n <= 1:
+            return curve[0]
+        if n <= len(curve):
+            low = math.floor(n)
+            high = min(low + 1, len(curve))
+            return curve[low - 1] + (n - low) * (curve[high - 1] - curve[low - 1])
+        slope = curve[-1] - curve[-2] if len(curve) > 1 else 0.0
+        return curve[-1] + (n - len(curve)) * max(slope, 0.0)
+
+    def verify_time(self, tokens: float) -> float:
+        return self._at(self.verify, tokens)
+
+    def draft_time(self, nodes: float) -> float:
+        return self._at(self.draft, nodes)
+
+
+RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
+
+
+class CostLog:
+    """Round costs measured at one batch size as calls decode: the target's verification by width (tokens per row)
+    and the drafter's step by nodes per row, each the lower median of its last `keep` observations. With a `path`
+    (`costs_file`) the tables start from what earlier processes on this machine measured and `save` writes them back,
+    with the `chooser` drafter's plain-decoding choices, so that a new process chooses from its first round instead of
+    probing again, or decodes plain from its first call where plain decoding won."""
+
+    def __init__(
+        self, batch_size: int, keep: int = 9, path: "Path | None" = None, key: dict | None = None, chooser: str = ""
+    ):
+        self.batch_size, self.keep, self.path, self.key = batch_size, keep, path, key
+        self.chooser = chooser  # the drafter (name or path) whose choices the log keeps (they rest on its acceptance)
+        self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
+        self.plain_calls = {False: 0, True: 0}  # calls since the last that drafted, decoded without the drafter
+        # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
+        # choice that drafts (`RECHECK_EVERY` .. `RECHECK_MOST`)
+        self.recheck_every = {False: RECHECK_EVERY, True: RECHECK_EVERY}
+        self.verify: dict[int, list[float]] = {}
+        self.draft: dict[int, list[float]] = {}
+        self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
+
+    def add(self, table: dict, width: int, seconds: float) -> None:
+        times = table.setdefault(int(width), [])
+        times.append(float(seconds))
+        del times[: -self.keep]
+
+    def add_verify(self, width: int, seconds: float) -> None:
+        self.add(self.verify, width, seconds)
+
+    def add_draft(self, nodes: int, seconds: float) -> None:
+        self.add(self.draft, nodes, seconds)
+
+    def rechecked(self, sampled: bool, plain: bool, again: bool) -> None:
+        """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
+        plain again doubles the wait before the next; a choice that drafts resets it."""
+        if not plain:
+            self.recheck_every[sampled] = RECHECK_EVERY
+        elif again:
+            self.recheck_every[sampled] = min(2 * self.recheck_every[sampled], RECHECK_MOST)
+
+    def load(self) -> "CostLog":
+        """The tables `path` holds for this `key`; nothing where the file is missing, unreadable, for another key or
+        malformed (the costs are then measured again)."""
+        if self.path is None or not self.path.is_file():
+            return self
+        try:
+            stored = json.loads(self.path.read_text(encoding="utf-8"))
+            if stored.get("format") != COSTS_FORMAT or stored.get("key") != self.key:
+                return self
+            tables = {
+                name: {int(w): [float(t) for t in times] for w, times in stored[name].items()}
+                for name in ("verify", "draft")
+            }
+            choices = stored.get("choices") or {}
+            plain = {
+                sampled: (bool(c["plain"]), int(c["calls"]), int(c["every"]))
+                for sampled, mode in ACCEPTANCE_MODES.items()
+                if (c := choices.get(mode)) and choices.get("chooser") == self.chooser
+            }
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
+            logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
+            return self
+        for sampled, (chosen, calls, every) in plain.items():
+            self.plain_chosen[sampled], self.plain_calls[sampled] = chosen, max(0, calls)
+            self.recheck_every[sampled] = min(max(every, RECHECK_EVERY), RECHECK_MOST)
+        for name, table in tables.items():
+            for width, times in table.items():
+                for seconds in times:
+                    if width >= 1 and math.isfinite(seconds) and seconds > 0:
+                        self.add(getattr(self, name), width, seconds)
+        return self
+
+    def save(self) -> None:
+        """Writes the tables to `path` (a temporary file renamed over it: a reader never sees half of one). A folder
+        that cannot be written only costs the next process its measurement: one warning, decoding goes on."""
+        if self.path is None:
+            return
+        tables = {name: {str(w): t for w, t in sorted(getattr(self, name).items())} for name in ("verify", "draft")}
+        choices = {"chooser": self.chooser}
+        for sampled, mode in ACCEPTANCE_MODES.items():
+            choices[mode] = {
+                "plain": self.plain_chosen[sampled],
+                "calls": self.plain_calls[sampled],
+                "every": self.recheck_every[sampled],
+            }
+        partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stored = {"format": COSTS_FORMAT, "key": self.key, **tables, "choices": choices}
+            partial.write_text(json.dumps(stored), encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError as err:
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+            logger.warning(
+                "Measured draft costs not kept at %s (%s): set SLIMSPEC_CACHE to a writable folder, or "
+                "SLIMSPEC_DRAFT_COSTS=off.",
+                self.path,
+                err,
+            )
+            self.path = None
+
+    @staticmethod
+    def curve(table: dict) -> tuple[float, ...]:
+        """1..the widest measured width: (lower) medians, made non-decreasing by pooling neighbours that decrease
+        (weighted by their observations, so one slow round does not raise every wider width), linear between measured
+        widths."""
+        pools = []  # [width, value, weight] per measured width, then merged where the values decrease
+        for w in sorted(w for w, t in table.items() if t):
+            pools.append([[w], CostLog.lower_median(table[w]), len(table[w])])
+            while len(pools) > 1 and pools[-2][1] > pools[-1][1]:
+                (ws, v, n), (ws2, v2, n2) = pools[-2], pools.pop()
+                pools[-1] = [ws + ws2, (v * n + v2 * n2) / (n + n2), n + n2]
+        points = {w: value for ws, value, _ in pools for w in ws}
+        widths = sorted(points)
+        values, best = [], 0.0
+        for n in range(1, widths[-1] + 1):
+            low = max((w for w in widths if w <= n), default=widths[0])
+            high = min(w for w in widths if w >= n)
+            value = (
+                points[low] if high == low else points[low] + (n - low) / (high - low) * (points[high] - points[low])
+            )
+            best = max(best, value)
+            values.append(best)
+        return tuple(values)
+
+    def borrowed(self) -> "CostLog | None":
+        """The log of the nearest other prompt length (`related`) that measured wider rounds: its costs stand in for
+        the widths not measured here (`costs`)."""
+        others = [log for log in self.related if log.verify.get(1) and len(log.verify) > 1]
+        here = (self.key or {}).get("context", CONTEXT_BUCKET_MIN)
+
+        def distance(log):
+            return abs(math.log2((log.key or {}).get("context", CONTEXT_BUCKET_MIN) / here)), -len(log.verify)
+
+        return min(others, key=distance, default=None)
+
+    def widths(self) -> set[int]:
+        """The verification widths whose cost is known here: measured, or borrowed (`costs`)."""
+        other = self.borrowed()
+        return set(self.verify) | (set(other.verify) if other is not None else set())
+
+    def costs(self) -> RoundCosts | None:
+        """The measured curves, or None before one plain round (width 1) and one drafter step were seen.
+
+        A width not measured at this prompt length takes the nearest measured one's cost (`borrowed`), scaled by the
+        two plain rounds' ratio (a longer prompt makes every width dearer, about alike), and a drafter step not
+        measured here its cost there: a new prompt length needs its plain rounds only, not its own probing."""
+        verify, draft = self.verify, self.draft
+        other = self.borrowed()
+        if other is not None and verify.get(1):
+            scale = self.lower_median(verify[1]) / self.lower_median(other.verify[1])
+            verify = {**{w: [t * scale for t in times] for w, times in other.verify.items() if times}, **verify}
+            draft = {**{w: times for w, times in other.draft.items() if times}, **draft}
+        if 1 not in verify or not draft:
+            return None
+        return RoundCosts(self.batch_size, self.curve(verify), self.curve(draft))
+
+    @staticmethod
+    def lower_median(times: list[float]) -> float:
+        return sorted(times)[(len(times) - 1) // 2]
+
+    def margin(self) -> float:
+        """How far apart two of these estimates may lie by chance, relative to a plain round: the standard error of
+        a median of the plain rounds kept (1.25 σ / √n, σ from their median absolute deviation: 1.4826 MAD), for the
+        difference of two such estimates (× √2). A shape must be predicted faster than plain decoding by more than
+        this to be chosen over it: where rounds vary a few percent, a predicted 1% gain is a coin."""
+        times = self.verify.get(1, [])
+        if len(times) < 2:
+            return 0.0
+        median = statistics.median(times)
+        mad = statistics.median(abs(t - median) for t in times)
+        return math.sqrt(2) * 1.25 * 1.4826 * mad / median / math.sqrt(len(times))
+
+
+COSTS_FORMAT = 1  # the layout of a `costs_file`
+
+
+def costs_root() -> "Path | None":
+    """Where measured costs are kept across processes: `draft_costs/` in the package's cache folder
+    (`$SLIMSPEC_CACHE`, else `~/.cache/slimspec_hf`, as `slimspec_hf.paths.cache_dir`); None where
+    `SLIMSPEC_DRAFT_COSTS` is off (0, off, false, no)."""
+    if os.environ.get("SLIMSPEC_DRAFT_COSTS", "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    return Path(os.environ.get("SLIMSPEC_CACHE", Path.home() / ".cache" / "slimspec_hf")) / "draft_costs"
+
+
+def processor_name(device: torch.device) -> str:
+    """The accelerator's name, or the CPU's model name (/proc/cpuinfo, else `platform`); read once per device."""
+    return _processor_name(str(device))
+
+
+@functools.lru_cache(maxsize=8)
+def _processor_name(name: str) -> str:
+    device = torch.device(name)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def architecture(model) -> str:
+    """The model's class and a digest of its config (names, paths and versions left out): what its costs depend on."""
+    config = {
+        k: v
+        for k, v in model.config.to_dict().items()
+        if not k.startswith("_") and k not in ("transformers_version", "torch_dtype", "dtype", "name_or_path")
+    }
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"{type(model).__name__}-{digest}"
+
+
+CONTEXT_BUCKET_MIN = 256  # prompts up to this many tokens share one cost curve; longer ones, one per power of 2
+CONTEXT_BUCKETS = tuple(CONTEXT_BUCKET_MIN << i for i in range(10))  # the buckets looked up for borrowed costs
+
+
+def context_bucket(tokens: int) -> int:
+    """The prompt length's bucket: reading a longer KV cache makes every round dearer (at 8 rows of 1,500 tokens a
+    SmolLM2 step costs 3× one of 100), so costs are measured per power of 2 of the prompt's length."""
+    return max(CONTEXT_BUCKET_MIN, 1 << (max(int(tokens), 1) - 1).bit_length())
+
+
+def costs_key(target, drafter, batch_size: int, context: int) -> dict:
+    """What a measured cost curve holds for: the two models' architectures and dtypes, the processor, the threads
+    (on a CPU), the batch size and the prompt length's bucket (`context_bucket` of `context` tokens)."""
+    return {
+        "target": architecture(target),
+        "drafter": architecture(drafter),
+        "dtype": f"{target.dtype}/{drafter.dtype}",
+        "processor": processor_name(target.device),
+        "threads": torch.get_num_threads() if target.device.type == "cpu" else None,
+        "batch_size": batch_size,
+        "context": context_bucket(context),
+    }
+
+
+def costs_file(key: dict) -> "Path | None":
+    """The file that keeps the costs measured for `key` (None where keeping them is off)."""
+    root = costs_root()
+    if root is None:
+        return None
+    return root / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]}.json"
+
+
+def drafter_name(drafter) -> str:
+    """The drafter whose plain-decoding choices a log keeps: its Hub id as given, or its local folder resolved (so
+    `drafters/x` and `/abs/drafters/x` name one drafter, and two folders called `x` two)."""
+    name = str(getattr(drafter.config, "name_or_path", "") or "")
+    if name and os.path.isdir(name):
+        return os.path.realpath(name)
+    return name
+
+
+def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
+    """The costs measured for `target` with `drafter` at `batch_size` rows of prompts `context` tokens long (their
+    bucket; on their device, in their dtypes), by this process and, where they are kept (`costs_file`), by earlier
+    ones on this machine."""
+    key = costs_key(target, drafter, batch_size, context)
+    logs = _COSTS.setdefault(target, {})
+    chooser = drafter_name(drafter)
+    name = (json.dumps(key, sort_keys=True), chooser)
+    if name not in logs:
+        log = logs[name] = CostLog(batch_size, path=costs_file(key), key=key, chooser=chooser).load()
+        for bucket in CONTEXT_BUCKETS:  # the other prompt lengths' logs, in this process or kept: `CostLog.borrowed`
+            if bucket == key["context"]:
+                continue
+            other_key = {**key, "context": bucket}
+            other_name = (json.dumps(other_key, sort_keys=True), chooser)
+            if other_name not in logs:
+                path = costs_file(other_key)
+                if path is None or not path.is_file():
+                    continue
+                logs[other_name] = CostLog(batch_size, path=path, key=other_key, chooser=chooser).load()
+            logs[other_name].related.append(log)
+            log.related.append(logs[other_name])
+    return logs[name]
+
+
+def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: bool) -> bool:
+    """Whether the calls so far (in this process or, where costs are kept, earlier ones) chose plain decoding for
+    `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip
+    the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64)
+    decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
+    again."""
+    log = cost_log(target, drafter, batch_size, context)
+    if not log.plain_chosen[sampled]:
+        return False
+    log.plain_calls[sampled] += 1
+    plain = log.plain_calls[sampled] < log.recheck_every[sampled]
+    if not plain:
+        log.plain_calls[sampled] = 0
+    log.save()
+    return plain
+
+
+__all__ = [
+    "RoundCosts",
+    "CostLog",
+    "cost_log",
+    "costs_key",
+    "costs_file",
+    "costs_root",
+    "context_bucket",
+    "plain_is_chosen",
+    "RECHECK_EVERY",
+    "RECHECK_MOST",
+]

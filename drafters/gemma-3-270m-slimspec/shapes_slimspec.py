@@ -1,0 +1,745 @@
+# Copyright 2026 The slimspec-hf authors. Licensed under the Apache License, Version 2.0.
+"""Draft shapes fitted to the machine: the expected speed of each candidate shape from measured costs and the
+drafter's per-depth acceptance, and the choice among them (`draft_shape="auto"`).
+
+A round of shape s (a tree of `size` nodes, `depth` levels, `top_k` children per expanded node; a chain of k is
+k/k/1) over a batch of B rows costs
+
+    T(s) = T_verify(B, size + 1) + T_draft(B, E(s)) + (depth - 1) · T_draft(B, top_k)
+
+(the target verifying size + 1 tokens per row; the drafter's first step over the accepted tokens, then one step per
+further level over `top_k` nodes per row) and yields, per row,
+
+    E(s) = 1 + Σ_{i=1..depth} Π_{j≤i} c_j(m_j)
+
+tokens, where c_j(m) is the probability that the target's token at depth j is among the drafter's m likeliest there
+(sampling: that one of the drafter's first m draws there is accepted; the path before it held) and m_j the children
+of the true path's node at depth j that the tree keeps (its `size` nodes spread over the depths where they add most).
+Plain decoding yields one token per row for T_verify(B, 1). With prompt lookup (`draft_lookup`), each drafting
+shape is also priced with it: a row whose latest tokens occurred earlier (a share p of row-rounds) verifies lookup's
+draft alone (W_L tokens, yielding E_L), so a round yields (1 - p) · E(s) + p · E_L tokens per row and, where any of
+the B rows matches (1 - (1 - p)^B), verifies max(size + 1, W_L) tokens per row; where all of them do (p^B), the
+drafter does not run. Onto the other rows' drafts lookup grafts what followed earlier (a match the drafter agrees
+with, a branch, an extension of its likeliest path): G more tokens per row, n_g more nodes in the share g of rows
+it grafts onto, so those rounds verify size + 1 + (1 - (1 - g)^B) · n_g tokens per row. p, E_L and W_L are counted
+from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). The shape with the most
+tokens per second, B · E / T, is used; plain decoding when none beats it.
+
+Part of the remote-code unit: it imports only the standard library and `torch`.
+"""
+
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from .costs_slimspec import ACCEPTANCE_MODES, CostLog, RoundCosts, cost_log
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A round's draft: `size` nodes verified over `depth` levels with `top_k` children per expanded node (a chain of
+    k is k/k/1); size 0 is plain decoding (no drafter)."""
+
+    size: int = 0
+    depth: int = 0
+    top_k: int = 1
+    lookup: bool = False  # prompt lookup drafts alone where it matches, and grafts onto the drafter's draft
+
+    @property
+    def is_plain(self) -> bool:
+        return self.size == 0
+
+    @property
+    def is_chain(self) -> bool:
+        return self.size > 0 and self.top_k == 1
+
+    def __str__(self) -> str:
+        if self.is_plain:
+            return "plain"
+        name = f"chain {self.size}" if self.is_chain else f"tree {self.size}/{self.depth}/{self.top_k}"
+        return name + " + lookup" if self.lookup else name
+
+    def settings(self) -> dict:
+        """The decoding settings (names of `DraftSettings`) that draft this shape; plain decoding has none."""
+        if self.is_plain:
+            return {}
+        if self.is_chain:
+            shape = {"num_assistant_tokens": self.size, "draft_tree_size": 0}
+        else:
+            shape = {"draft_tree_size": self.size, "draft_tree_depth": self.depth, "draft_tree_top_k": self.top_k}
+        return {**shape, "draft_lookup": self.lookup}
+
+
+# tree sizes tried: every size up to 8, then the verification widths a machine is probed at (2^i) and a few between
+TREE_SIZES = (*range(2, 9), 10, 12, 15, 16, 20, 24, 31, 32, 40, 48, 63, 64, 96, 127, 128)
+
+
+def candidate_shapes(
+    max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8), lookup: bool = False
+) -> list[DraftShape]:
+    """Plain decoding, chains of 1..`max_depth`, and trees of every depth up to `max_depth` with `top_k` children
+    and the `TREE_SIZES` up to `max_size` nodes (at least one node per level); with `lookup`, each drafting shape
+    also with prompt lookup."""
+    shapes = [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
+    for top_k in top_ks:
+        for depth in range(1, max_depth + 1):
+            shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
+    with_lookup = [DraftShape(s.size, s.depth, s.top_k, lookup=True) for s in shapes] if lookup else []
+    return [DraftShape(), *shapes, *with_lookup]
+
+
+# what lookup's grafts add per drafter row before any is measured, and what that guess is worth in rows: measured, they
+# add 0.3-0.7 tokens a row to SmolLM2's sampled rounds (MT-Bench)
+GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0
+
+
+@dataclass
+class LookupRate:
+    """What prompt lookup would do in a row's round, counted from the text decoded: over `rounds` row-rounds, in
+    `alone` of them its match was long enough to draft alone, verifying `width` tokens per row in all (its draft and
+    the root) and yielding `tokens` (its draft's agreement with the tokens the target went on to emit, plus the
+    target's own). Every round of a `draft_shape="auto"` call counts, whether or not it drafted with lookup: a lookup
+    draft is accepted exactly as far as it agrees with the target's tokens (greedy; sampled, a one-hot draft is
+    accepted exactly when the target's draw is its token, so the agreement has the acceptance's distribution)."""
+
+    rounds: float = 0.0
+    alone: float = 0.0
+    tokens: float = 0.0
+    width: float = 0.0
+    # the drafter's rows of rounds that drafted with lookup: how many, the tokens its grafts added to their accepted
+    # paths, how many it grafted onto and the nodes those grafts added to the verified ones
+    drafted: float = 0.0
+    graft_tokens: float = 0.0
+    grafted: float = 0.0
+    graft_nodes: float = 0.0
+
+    def add_graft(self, tokens: int, nodes: int) -> None:
+        """One drafter row of a round that drafted with lookup: its grafts added `tokens` to the accepted path and
+        `nodes` to the verified ones (0 and 0: nothing grafted)."""
+        self.drafted += 1.0
+        self.graft_tokens += float(tokens)
+        if nodes > 0:
+            self.grafted += 1.0
+            self.graft_nodes += float(nodes)
+
+    @property
+    def graft_gain(self) -> float:
+        """G: tokens lookup's grafts add per drafter row, from a prior of `GRAFT_PRIOR` tokens worth
+        `GRAFT_PRIOR_ROWS` rows (optimistic: a shape with lookup gets drafted, and so measured, before it is ruled
+        out)."""
+        return (self.graft_tokens + GRAFT_PRIOR * GRAFT_PRIOR_ROWS) / (self.drafted + GRAFT_PRIOR_ROWS)
+
+    @property
+    def graft_share(self) -> float:
+        """g: the share of drafter rows lookup grafts onto."""
+        return self.grafted / self.drafted if self.drafted else 0.0
+
+    @property
+    def graft_width(self) -> float:
+        """n_g: the nodes a graft adds to its row."""
+        return self.graft_nodes / self.grafted if self.grafted else 0.0
+
+    def add(self, draft: int | None, tokens: int = 0) -> None:
+        """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
+        (agreement + 1)."""
+        self.rounds += 1.0
+        if draft is not None:
+            self.alone += 1.0
+            self.tokens += float(tokens)
+            self.width += float(draft + 1)
+
+    @property
+    def share(self) -> float:
+        """p: the share of row-rounds lookup drafts alone."""
+        return self.alone / self.rounds if self.rounds else 0.0
+
+    @property
+    def round_tokens(self) -> float:
+        """E_L: tokens a row-round drafted by lookup alone yields."""
+        return self.tokens / self.alone if self.alone else 1.0
+
+    @property
+    def round_width(self) -> float:
+        """W_L: tokens per row such a round verifies."""
+        return self.width / self.alone if self.alone else 1.0
+
+
+@dataclass
+class DepthAcceptance:
+    """The drafter's per-depth acceptance: at depth j (1-based), how often the target's token was the drafter's
+    m-th likeliest (m = 1..`max_rank`) or further down, counted over rounds whose path reached depth j. Starts from
+    a `prior` worth `prior_weight` rounds per depth; `add` counts a round's observations.
+
+    Sampling (`draws`): the draws at a node are tested in the order drawn, so `counts[j][m - 1]` counts rounds whose
+    m-th draw was accepted and `censored[j][n - 1]` rounds whose n draws were all rejected (`add_draw`). A round
+    with fewer draws says nothing about the later ones: c(m) = 1 - Π_{i≤m} (1 - h_i), each draw's acceptance h_i
+    measured over the rounds that tested an i-th draw (h_1's prior is `prior[0]`, each later draw's is h_1)."""
+
+    max_rank: int = 8
+    max_depth: int = 8
+    prior: tuple[float, ...] = (0.6, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01)  # P(rank m) at any depth
+    prior_weight: float = 4.0
+    counts: list[list[float]] = field(default_factory=list)  # [depth][rank], rank max_rank = not among them
+    draws: bool = False  # sampling: ranks are draws in test order, and rounds that drew fewer are `censored`
+    censored: list[list[float]] = field(default_factory=list)  # [depth][n - 1]: rounds whose n draws all failed
+
+    def __post_init__(self):
+        if not self.counts:
+            self.counts = [[0.0] * (self.max_rank + 1) for _ in range(self.max_depth)]
+        if not self.censored:
+            self.censored = [[0.0] * self.max_rank for _ in self.counts]
+
+    def add(self, depth: int, rank: int | None) -> None:
+        """One observation: the target's token at `depth` was the drafter's `rank`-th likeliest (1-based; None or
+        beyond `max_rank`: not among them). Depths past `max_depth` are not kept."""
+        if 1 <= depth <= self.max_depth:
+            slot = self.max_rank if rank is None or rank > self.max_rank else rank - 1
+            self.counts[depth - 1][slot] += 1.0
+
+    def add_draw(self, depth: int, accepted: int | None, drawn: int) -> None:
+        """Sampling: at `depth`, the `accepted`-th of `drawn` draws was accepted (1-based; None: all rejected)."""
+        if not 1 <= depth <= self.max_depth or drawn < 1:
+            return
+        if accepted is None:
+            self.censored[depth - 1][min(drawn, self.max_rank) - 1] += 1.0
+        else:
+            self.add(depth, accepted)
+
+    def observed(self, depth: int) -> float:
+        if not 1 <= depth <= self.max_depth:
+            return 0.0
+        return sum(self.counts[depth - 1]) + sum(self.censored[depth - 1])
+
+    def coverage(self, depth: int, m: int) -> float:
+        """c_depth(m): the probability that the target's token at `depth` is among the drafter's m likeliest
+        (sampling: that one of its first m draws there is accepted)."""
+        if m <= 0:
+            return 0.0
+        if self.draws:
+            return self.draw_coverage(depth, m)
+        row = self.counts[min(depth, self.max_depth) - 1]
+        m = min(m, self.max_rank)
+        prior = list(self.prior[: self.max_rank]) + [0.0] * (self.max_rank - len(self.prior))
+        hits = sum(row[:m]) + self.prior_weight * sum(prior[:m])
+        return hits / (sum(row) + self.prior_weight * 1.0)
+
+    def draw_coverage(self, depth: int, m: int) -> float:
+        """Sampling's c_depth(m) from each draw's measured acceptance (see the class)."""
+        j = min(depth, self.max_depth) - 1
+        row, censored = self.counts[j], self.censored[j]
+        missed, first, hazard = 1.0, 0.0, 0.0
+        for i in range(1, m + 1):
+            if i <= self.max_rank:  # past the ranks kept, each further draw as the last one kept
+                tested = sum(row[i - 1 :]) + sum(censored[i - 1 :])  # rounds that tested an i-th draw
+                prior = self.prior[0] if i == 1 else first
+                weight = tested + self.prior_weight
+                hazard = (row[i - 1] + self.prior_weight * prior) / weight if weight > 0 else prior
+                first = hazard if i == 1 else first
+            missed *= 1.0 - hazard
+        return 1.0 - missed
+
+    def as_dict(self) -> dict:
+        values = {"max_rank": self.max_rank, "counts": [[round(c, 2) for c in row] for row in self.counts]}
+        if self.draws:
+            values["censored"] = [[round(c, 2) for c in row] for row in self.censored]
+        return values
+
+    @classmethod
+    def from_dict(cls, values, weight: float | None = None, **kwargs) -> "DepthAcceptance":
+        """From `as_dict()`'s form; with `weight`, each depth's counts scaled down to at most that many rounds (a
+        stored measurement that the running call's own rounds soon outweigh). A sampled measurement without
+        `censored` (counted as accepted or not per depth) reads as one draw a round."""
+        try:
+            max_rank, counts = int(values["max_rank"]), [[float(c) for c in row] for row in values["counts"]]
+            if max_rank < 1 or not counts or any(len(row) != max_rank + 1 or min(row) < 0 for row in counts):
+                raise ValueError
+            censored = [[float(c) for c in row] for row in values.get("censored") or []]
+            if censored and (len(censored) != len(counts) or any(len(r) != max_rank or min(r) < 0 for r in censored)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValueError(
+                f"`draft_acceptance`: expected {{'max_rank': m, 'counts': [[m + 1 counts >= 0] per depth]}}, got "
+                f"{str(values)[:80]}; measure it again (`slimspec bench --save-acceptance`) or remove it."
+            ) from None
+        if kwargs.get("draws") and not censored:  # accepted (rank 1) or not, one draw a round
+            censored = [[row[max_rank]] + [0.0] * (max_rank - 1) for row in counts]
+            counts = [[*row[:max_rank], 0.0] for row in counts]
+        censored = censored or [[0.0] * max_rank for _ in counts]
+        if weight is not None:
+            totals = [sum(row) + sum(cut) for row, cut in zip(counts, censored)]
+            scales = [min(1.0, weight / total) if total else 1.0 for total in totals]
+            counts = [[c * k for c in row] for row, k in zip(counts, scales)]
+            censored = [[c * k for c in row] for row, k in zip(censored, scales)]
+        return cls(max_rank=max_rank, max_depth=len(counts), counts=counts, censored=censored, **kwargs)
+
+
+def tokens_by_size(acceptance: DepthAcceptance, depth: int, top_k: int, max_size: int) -> list[float]:
+    """E of the trees of `depth` levels and `top_k` children for every size 0..`max_size` (index = size).
+
+    The nodes go, one at a time, to the depth where one more child of the true path's node adds most to E (a node
+    at depth j needs one at j - 1; at most `top_k` per depth) — the likeliest-first keep of a dynamic tree, seen along
+    the path that the target takes. One pass serves every size: the allocation for size n + 1 extends the one for n.
+    """
+    table = [[acceptance.coverage(j, m) for m in range(top_k + 1)] for j in range(1, depth + 1)]
+    children = [0] * depth
+    reach = [0.0] * depth  # reach[j]: the path gets past depth j + 1, Π_{l≤j} c_l(m_l)
+    sizes = [1.0]
+    for _ in range(max_size):
+        suffix, best, best_gain = 0.0, None, -1.0
+        tail = [0.0] * (depth + 1)  # tail[j] = Σ_{i≥j} reach[i]
+        for j in range(depth - 1, -1, -1):
+            suffix += reach[j]
+            tail[j] = suffix
+        for j in range(depth):
+            m = children[j]
+            if m >= top_k or (j > 0 and children[j - 1] == 0):
+                continue
+            before = 1.0 if j == 0 else reach[j - 1]
+            if m == 0:
+                gain = before * table[j][1]  # the first node at this depth: only its own term
+            else:
+                gain = (table[j][m + 1] / table[j][m] - 1.0) * tail[j] if table[j][m] > 0 else before * table[j][m + 1]
+            if gain > best_gain + 1e-12:
+                best, best_gain = j, gain
+        if best is None:
+            sizes.append(sizes[-1])
+            continue
+        children[best] += 1
+        running = 1.0
+        for j in range(depth):
+            running *= table[j][children[j]]
+            reach[j] = running
+        sizes.append(1.0 + sum(reach))
+    return sizes
+
+
+def expected_tokens(shape: DraftShape, acceptance: DepthAcceptance) -> float:
+    """E(s): tokens a round of `shape` yields per row (accepted drafts + the target's own token)."""
+    if shape.is_plain:
+        return 1.0
+    return tokens_by_size(acceptance, shape.depth, shape.top_k, shape.size)[shape.size]
+
+
+def round_time(shape: DraftShape, costs: RoundCosts, tokens: float) -> float:
+    """T(s): one round of `shape` at `costs` when a round yields `tokens` per row (the drafter's first step runs
+    over them)."""
+    if shape.is_plain:
+        return costs.verify_time(1)
+    return (
+        costs.verify_time(shape.size + 1)
+        + costs.draft_time(tokens)
+        + (shape.depth - 1) * costs.draft_time(shape.top_k)
+    )
+
+
+def lookup_round(shape: DraftShape, costs: RoundCosts, tokens: float, rate: LookupRate) -> tuple[float, float]:
+    """Tokens per row and seconds of a round of `shape` drafted with prompt lookup (see the module): the drafter's
+    rounds yield `tokens` per row, lookup's `rate.round_tokens`."""
+    p, batch = rate.share, costs.batch_size
+    all_alone, any_alone = p**batch, 1.0 - (1.0 - p) ** batch
+    per_row = (1.0 - p) * (tokens + rate.graft_gain) + p * rate.round_tokens
+    drafting = round_time(shape, costs, per_row) - costs.verify_time(shape.size + 1)  # the drafter's steps
+    width = shape.size + 1 + (1.0 - (1.0 - rate.graft_share) ** batch) * rate.graft_width  # with the rows' grafts
+    seconds = (
+        all_alone * costs.verify_time(rate.round_width)
+        + (1.0 - all_alone) * drafting
+        + (any_alone - all_alone) * costs.verify_time(max(width, rate.round_width))
+        + (1.0 - any_alone) * costs.verify_time(width)
+    )
+    return per_row, seconds
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every candidate's
+    prediction (tokens/s by shape name) for reporting."""
+
+    shape: DraftShape
+    tokens_per_second: float
+    speedup: float
+    predictions: dict = field(default_factory=dict)
+
+
+def choose_shape(
+    candidates: list[DraftShape],
+    costs: RoundCosts,
+    acceptance: DepthAcceptance,
+    calibration: float = 1.0,
+    margin: float = 0.0,
+    lookup: LookupRate | None = None,
+) -> ShapeChoice:
+    """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
+    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
+    accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
+    lookup (`lookup_round`; without it they are priced as without lookup)."""
+    plain_speed = costs.batch_size / costs.verify_time(1)
+    predictions = {"plain": plain_speed}
+    best, best_speed = DraftShape(), plain_speed
+    measured = [
+        s for s in candidates if not s.is_plain and s.size + 1 <= len(costs.verify) and s.top_k <= len(costs.draft)
+    ]
+    families = {}  # (depth, top_k) -> E by size, one pass each
+    for shape in measured:
+        key = (shape.depth, shape.top_k)
+        families[key] = max(families.get(key, 0), shape.size)
+    tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
+    for shape in measured:
+        tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
+        if shape.lookup and lookup is not None:
+            tokens, seconds = lookup_round(shape, costs, tokens, lookup)
+        else:
+            seconds = round_time(shape, costs, tokens)
+        speed = costs.batch_size * tokens / seconds
+        predictions[str(shape)] = speed
+        if speed > best_speed * (1 + 1e-9):
+            best, best_speed = shape, speed
+    if best_speed <= plain_speed * (1 + margin):
+        best, best_speed = DraftShape(), plain_speed
+    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
+
+
+TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose cost ends the probing is timed again
+# while a drafting shape is chosen, one round in this many decodes plain: the plain rounds' cost, what every choice
+# compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now)
+PLAIN_EVERY = 32
+# while plain decoding is chosen, the round after this many plain ones drafts (the best drafting shape), so that the
+# call keeps measuring its acceptance (a few unlucky probes do not rule drafting out); the wait doubles while the
+# choice stays plain, so that where drafting cannot pay the exploring costs next to nothing
+EXPLORE_AFTER = 8
+# the calibration's prior, in drafted tokens predicted: a few rounds move it a little, many rounds a lot
+CALIBRATION_PRIOR = 4.0
+
+
+class ShapeTuner:
+    """Chooses each round's shape while a call decodes (`draft_shape="auto"`).
+
+    The first rounds measure what is not yet known at this batch size and prompt length: `TIMED_ROUNDS` plain rounds
+    (width 1), then rounds of the `probe_sizes` whose width no prompt length measured yet (`CostLog.costs` scales
+    another prompt length's costs), each the best shape of its size under the acceptance known so far, widest last,
+    stopping at the first width that costs more than the most tokens a round could yield there — after timing that
+    width once more (costs are lower medians: one slow round does not end the probing); a probe drafts without
+    lookup's grafts, which would widen it. From then on every `every` rounds the best candidate is chosen again (a
+    drafting one only where it beats plain decoding by more than the costs' own uncertainty, `CostLog.margin`) from
+    the measured costs (`CostLog`, shared by every call at this batch size and prompt length and kept on disk for the
+    next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
+    drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
+    drifting acceptance (long answers, code after chat) moves the choice. While plain decoding is chosen, a round
+    drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured."""
+
+    def __init__(
+        self,
+        log: CostLog,
+        acceptance: DepthAcceptance,
+        start: DraftShape,
+        probe_sizes: tuple[int, ...] = (1, 3, 7, 15, 31, 63),
+        every: int = 8,
+        top_ks: tuple[int, ...] = (2, 4, 8),
+        lookup: LookupRate | None = None,
+    ):
+        self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
+        self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
+        self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
+        self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
+        self.shape, self.rounds = start, 0
+        self.probing = False  # the coming round measures a probe's width: it drafts without lookup's grafts
+        self.predicted = self.accepted = 0.0
+        self.choice: ShapeChoice | None = None
+        self.candidates: list[DraftShape] = []
+        self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
+        # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
+        # the best other shape, so that the acceptance is measured again before the choice
+        self.explore = log.plain_chosen[acceptance.draws]
+
+    @property
+    def calibration(self) -> float:
+        """Accepted / predicted drafted tokens over this call's rounds, from a prior of 1 worth `CALIBRATION_PRIOR`
+        predicted tokens."""
+        return (self.accepted + CALIBRATION_PRIOR) / (self.predicted + CALIBRATION_PRIOR)
+
+    def next_shape(self) -> DraftShape:
+        """The shape of the coming round (`probing`: whether it is a probe)."""
+        self.probing = False
+        if len(self.log.verify.get(1, ())) < TIMED_ROUNDS:
+            return DraftShape()
+        if self.probes:
+            probe = self.best_of_size(self.probes[0])
+            self.probing = True
+            if self.may_pay(probe):
+                return probe
+            if self.retry is not None:  # the last probe's one round says stop: time it once more first
+                retry, self.retry = self.best_of_size(self.retry), None
+                return retry
+            self.probing = False
+            self.probes.clear()  # wider rounds cost more still: none of them can pay here
+        if self.choice is None or self.rounds % self.every == 0:
+            costs = self.log.costs()
+            if costs is not None:
+                max_size, lookup = len(costs.verify) - 1, self.lookup is not None
+                self.candidates = candidate_shapes(max_size, self.acceptance.max_depth, self.top_ks, lookup)
+                self.choice = choose_shape(
+                    self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
+                )
+                self.shape = self.choice.shape
+                self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+                # a re-check's first choice only (a drafting choice after exploring resets the wait again)
+                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.explore)
+                if not self.shape.is_plain:
+                    self.explore_after = EXPLORE_AFTER
+                elif self.explore:
+                    self.shape = self.best_drafting()
+                self.explore = False
+        if not self.shape.is_plain and self.rounds % PLAIN_EVERY == PLAIN_EVERY - 1:
+            return DraftShape()
+        if self.shape.is_plain and self.choice is not None:
+            self.plain_rounds += 1
+            if self.plain_rounds > self.explore_after:
+                self.plain_rounds, self.explore_after = 0, 2 * self.explore_after
+                return self.best_drafting()
+        return self.shape
+
+    def best_drafting(self) -> DraftShape:
+        """The drafting shape the last choice predicted fastest (plain where it predicted none)."""
+        predicted = self.choice.predictions
+        drafting = [s for s in self.candidates if not s.is_plain and str(s) in predicted]
+        return max(drafting, key=lambda s: predicted[str(s)], default=DraftShape())
+
+    def may_pay(self, probe: DraftShape) -> bool:
+        """Whether a round of `probe` could beat plain decoding: the widest round measured so far (no wider than the
+        probe, so no dearer) costs less than the tokens the probe is expected to yield, in plain rounds."""
+        costs = self.log.costs()
+        if costs is None:
+            return True
+        return costs.verify_time(len(costs.verify)) < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
+
+    def best_of_size(self, size: int) -> DraftShape:
+        shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
+        return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
+
+    def observe(
+        self,
+        shape: DraftShape,
+        verify_seconds: float,
+        draft_steps: list,
+        accepted: float | None,
+        width: int | None = None,
+        timed: bool = True,
+    ) -> None:
+        """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
+        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row the drafter drafted;
+        None: lookup drafted every row alone). `timed=False`: a round whose costs are not the batch size's (rows
+        have finished): only its acceptance counts."""
+        self.rounds += 1
+        if timed:
+            self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
+            for nodes, seconds in draft_steps:
+                self.log.add_draft(max(1, round(nodes)), seconds)
+        if timed and self.probes and shape.size == self.probes[0]:
+            self.retry = self.probes.pop(0)
+        if not shape.is_plain and accepted is not None:
+            self.predicted += expected_tokens(shape, self.acceptance) - 1.0
+            self.accepted += accepted
+
+
+# What the calls of this process counted: each drafter's per-depth acceptance (greedy and sampled apart). Weak keys:
+# a drafter's entries go with it.
+_ACCEPTANCE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+STORED_ROUNDS = 64.0  # what a stored measurement is worth, in rounds per depth
+
+
+def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
+    """The per-depth acceptance measured for `drafter` (greedy or sampled), starting from what its generation config
+    stores (`draft_acceptance`, written by `slimspec bench --save-acceptance`; worth at most `STORED_ROUNDS` rounds
+    per depth), else from the prior."""
+    per_mode = _ACCEPTANCE.setdefault(drafter, {})
+    if sampled not in per_mode:
+        stored = getattr(getattr(drafter, "generation_config", None), "draft_acceptance", None) or {}
+        mode = ACCEPTANCE_MODES[sampled]
+        per_mode[sampled] = (
+            DepthAcceptance.from_dict(stored[mode], weight=STORED_ROUNDS, draws=sampled)
+            if stored.get(mode)
+            else DepthAcceptance(draws=sampled)
+        )
+    return per_mode[sampled]
+
+
+def lookup_rate(drafter, sampled: bool) -> LookupRate:
+    """What prompt lookup would do in the rounds this process decoded with `drafter` (greedy or sampled)."""
+    return _LOOKUP.setdefault(drafter, {}).setdefault(sampled, LookupRate())
+
+
+_LOOKUP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def measured_acceptance(drafter) -> dict:
+    """What `draft_acceptance` stores: the per-depth acceptance this process holds for `drafter`, per mode it
+    counted rounds in ({"greedy": ..., "sampled": ...})."""
+    per_mode = _ACCEPTANCE.get(drafter, {})
+    return {ACCEPTANCE_MODES[s]: a.as_dict() for s, a in sorted(per_mode.items()) if a.observed(1) > 0}
+
+
+def round_timer(settings, target, drafter, shape, batch_size: int, context: int, sampled: bool) -> "RoundTimer | None":
+    """The `RoundTimer` of a `draft_shape="auto"` call (None for a fixed shape), starting from `shape` (the settings'
+    `TreeShape`) with what this process measured for the target at this batch size and for the drafter."""
+    if settings.draft_shape != "auto":
+        return None
+    start = DraftShape(shape.size, shape.depth, shape.top_k)
+    lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
+    log = cost_log(target, drafter, batch_size, context)
+    tuner = ShapeTuner(log, depth_acceptance(drafter, sampled), start, lookup=lookup)
+    return RoundTimer(tuner, target.device, type(shape))
+
+
+class RoundTimer:
+    """Times a call's rounds for its `ShapeTuner`: the drafter's part and the rest (verification, acceptance), with
+    the device synchronised at each mark so that queued GPU work is counted where it ran. `tree_shape` is the
+    decoding loop's shape class (size, depth, top_k, threshold)."""
+
+    def __init__(self, tuner: ShapeTuner, device, tree_shape):
+        self.tuner, self.cuda = tuner, getattr(device, "type", str(device)) == "cuda"
+        self.tree_shape = tree_shape
+        self.shape, self.started, self.committed, self.drafted = tuner.shape, 0.0, 0.0, 0.0
+        self.commit_width = 1  # positions per row the drafter's first step read (its accepted tokens, or more)
+        self.lookup_allowed = False  # whether the round drafts with prompt lookup (its shape's choice)
+        self.pending: list = []  # lookup's drafts not yet compared with what the target emitted: (seq, start, tokens)
+        self.tokens, self.seconds = 0, 0.0
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def start(self, threshold: float):
+        """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
+        self.shape = self.tuner.next_shape()
+        # a probe measures its own width, without lookup (its shapes have none): lookup's drafts would widen it
+        self.lookup_allowed = self.shape.lookup and not self.tuner.probing
+        self.started = self.committed = self.drafted = self.now()
+        return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
+
+    def note_lookup(self, seq, tokens: list[int] | None) -> None:
+        """A row's round starts at `seq`'s end: `tokens` is the draft prompt lookup makes alone there (None: it would
+        not), compared with what the target emits once the row has gone past it (`settle`)."""
+        if self.tuner.lookup is None:
+            return
+        if tokens is None:
+            self.tuner.lookup.add(None)
+        else:
+            self.pending.append((seq, seq.length, list(tokens)))
+
+    def settle(self, final: bool = False) -> None:
+        """Counts the lookup drafts the target has emitted past (all of them when the call is `final`)."""
+        waiting = []
+        for seq, start, draft in self.pending:
+            emitted = seq.ids[0, start : start + len(draft) + 1].tolist()
+            if len(emitted) <= len(draft) and not final:
+                waiting.append((seq, start, draft))
+                continue
+            agree = next((i for i, (a, b) in enumerate(zip(draft, emitted)) if a != b), min(len(draft), len(emitted)))
+            self.tuner.lookup.add(len(draft), min(agree + 1, len(emitted)))
+        self.pending = waiting
+
+    def mark_committed(self, width: int) -> None:
+        """The drafter's first step (over `width` positions per row: the tokens accepted since it last ran) is done."""
+        self.committed, self.commit_width = self.now(), max(1, int(width))
+
+    def mark_drafted(self) -> None:
+        self.drafted = self.now()
+
+    def end(self, trees: list, accepted: list, tokens: int) -> None:
+        """Marks the round's end: every active row's draft (`trees`) and acceptance walk (`accepted`: `.path`),
+        `tokens` appended over all rows (the loop counts each row's acceptance by depth: `record_depths`). Costs are
+        logged from rounds of the whole batch only."""
+        end = self.now()
+        width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
+        drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round
+        levels = self.shape.depth if drafted else 0
+        # the first step reads the accepted tokens (many after plain rounds: kept apart, at their own width), each
+        # further level `top_k` nodes per expanded node
+        steps = [(self.commit_width, self.committed - self.started)] if levels else []
+        if levels > 1:
+            steps += [(self.shape.top_k, (self.drafted - self.committed) / (levels - 1))] * (levels - 1)
+        # the drafter's rows only, and of their paths the drafter's own nodes: lookup's rounds and grafts say nothing
+        # of the drafter's shape (`LookupRate` counts them)
+        drafter_rows = []
+        for tree, walked in zip(trees, accepted):
+            if tree.source == "lookup":
+                continue
+            own = tree.drafter_prefix(walked.path)
+            drafter_rows.append(own)
+            if self.lookup_allowed and self.tuner.lookup is not None:
+                self.tuner.lookup.add_graft(len(walked.path) - own, tree.grafted_kept())
+        mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
+        # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
+        full = len(trees) == self.tuner.log.batch_size
+        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, timed=full)
+        if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
+            self.tokens += tokens
+            self.seconds += end - self.started
+        self.settle()
+
+    def save(self) -> None:
+        """Counts the call's last lookup drafts; keeps the costs measured so far for the next process
+        (`CostLog.save`)."""
+        self.settle(final=True)
+        self.tuner.log.save()
+
+    def report(self) -> dict:
+        """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one (over its
+        rounds of the whole batch)."""
+        costs, choice = self.tuner.log.costs(), self.tuner.choice
+        plain = costs.batch_size / costs.verify_time(1) if costs is not None else float("nan")
+        return {
+            "shape": str(choice.shape if choice is not None else self.shape),  # not an exploring round's
+            "predicted_speedup": choice.speedup if choice is not None else float("nan"),
+            "measured_speedup": self.tokens / self.seconds / plain if self.seconds > 0 else float("nan"),
+        }
+
+
+def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int, sampled: bool) -> None:
+    """Counts one row's verified round in `acceptance`: at each depth the target reached below a node the drafter
+    expanded, the rank of the target's token among the drafter's children there (greedy: `tree.ranked`), or which of
+    the drafter's draws was accepted (sampling: `tree.proposals`, tested in order). A draw rejected there leaves the
+    target no mass on its token, so the first draw of the token emitted is the one accepted, and a token emitted that
+    no draw holds means every draw was rejected; a lookup draft accepted before the draws says nothing of them."""
+    node, tokens = -1, [tree.tokens[n] for n in path] + [token]
+    for depth, target_token in enumerate(tokens, start=1):
+        if sampled:
+            proposals = tree.proposals.get(node, [])
+            drawn = [p.token for p in proposals if p.q is not None]
+            if not drawn or any(p.q is None and p.token == target_token for p in proposals):
+                return
+            at = drawn.index(target_token) + 1 if target_token in drawn else None
+            acceptance.add_draw(depth, at, len(drawn))
+        else:
+            children = tree.ranked.get(node)
+            if children is None:
+                return
+            acceptance.add(depth, children.index(target_token) + 1 if target_token in children else None)
+        if depth > len(path):
+            return
+        node = path[depth - 1]
+
+
+__all__ = [
+    "round_timer",
+    "depth_acceptance",
+    "measured_acceptance",
+    "RoundTimer",
+    "record_depths",
+    "ShapeTuner",
+    "TIMED_ROUNDS",
+    "DraftShape",
+    "candidate_shapes",
+    "TREE_SIZES",
+    "DepthAcceptance",
+    "LookupRate",
+    "lookup_rate",
+    "lookup_round",
+    "expected_tokens",
+    "tokens_by_size",
+    "round_time",
+    "ShapeChoice",
+    "choose_shape",
+]
