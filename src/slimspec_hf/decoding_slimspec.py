@@ -152,7 +152,7 @@ class SpeculativeDecoder:
         self.shape = settings.tree_shape()
         self.proposer = TreeDrafter(self.state, self.shape, self.processing, self.do_sample, self.eos_ids)
         self.lookup = settings.lookup_policy()
-        # this round's lookup (`draft_shape="auto"`: where the round's shape drafts with it, `RoundTimer.lookup_allowed`)
+        # this round's lookup (`draft_shape="auto"`: where its shape drafts with it, `RoundTimer.lookup_allowed`)
         self.round_lookup = self.lookup
         self.tree_masks = getattr(target.config, "_attn_implementation", None) in TREE_ATTENTION
         self.windows = layer_windows(target.config.get_text_config(decoder=True))  # per layer type, or None
@@ -287,16 +287,14 @@ class SpeculativeDecoder:
         """What the round drafts before the drafter runs: the lookup match, and the whole draft when it is lookup's."""
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
         # `draft_shape="auto"` counts what lookup would draft alone in every round, whether or not the round uses it
-        lookup = self.lookup if self.timer is not None else self.round_lookup
-        match = lookup.find(seq.ids[0], budget - 1) if lookup is not None else None
-        alone = lookup is not None and lookup.drafts_alone(match)
-        if self.timer is not None and lookup is not None:
-            self.timer.note_lookup(seq, match.tokens if alone else None)
+        match = self.lookup.find(seq.ids[0], budget - 1) if self.lookup is not None else None
+        alone = match is not None and self.lookup.drafts_alone(match)
+        if self.timer is not None:
+            self.timer.note_lookup(seq, match if alone else None)
         if self.shape.depth == 0:  # a plain round (`draft_shape="auto"`): plain decoding, neither drafter nor lookup
             return RoundPlan(budget, 0, None, DraftTree(source="plain"))
-        if self.round_lookup is None:
-            match, alone = None, False
-        tree = lookup_tree(match.tokens) if alone else None
+        match = match if self.round_lookup is not None else None
+        tree = lookup_tree(match.tokens) if match is not None and alone else None
         return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
 
     def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: RoundPlan) -> DraftTree:
@@ -511,11 +509,4 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     )
 
 
-__all__ = [
-    "accept",
-    "Acceptance",
-    "generate_with_drafter",
-    "sample_child",
-    "slimspec_generate",
-    "SpeculativeDecoder",
-]
+__all__ = ["accept", "Acceptance", "generate_with_drafter", "sample_child", "slimspec_generate", "SpeculativeDecoder"]

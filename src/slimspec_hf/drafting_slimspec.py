@@ -354,16 +354,6 @@ class DraftTree:
     ranked: dict[int, list[int]] = field(default_factory=dict)  # node -> the drafter's likeliest children (tuning)
     grafted_from: int | None = None  # nodes from this id on were grafted by prompt lookup onto the drafter's tree
 
-    def drafter_prefix(self, path: list[int]) -> int:
-        """How many nodes of an accepted `path` the drafter's own tree holds (before lookup's first grafted node)."""
-        if self.grafted_from is None:
-            return len(path)
-        return next((i for i, node in enumerate(path) if node >= self.grafted_from), len(path))
-
-    def grafted_kept(self) -> int:
-        """Nodes lookup's grafts added to the verified ones."""
-        return 0 if self.grafted_from is None else sum(node >= self.grafted_from for node in self.kept)
-
     def add(self, token: int, parent: int, score: float) -> int:
         self.tokens.append(token)
         self.parents.append(parent)

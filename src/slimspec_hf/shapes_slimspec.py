@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .costs_slimspec import ACCEPTANCE_MODES, CostLog, RoundCosts, cost_log
+from .costs_slimspec import ACCEPTANCE_MODES, CostLog, LookupRate, RoundCosts, cost_log, lookup_rate
 
 
 @dataclass(frozen=True)
@@ -88,82 +88,6 @@ def candidate_shapes(
             shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
     with_lookup = [DraftShape(s.size, s.depth, s.top_k, lookup=True) for s in shapes] if lookup else []
     return [DraftShape(), *shapes, *with_lookup]
-
-
-# what lookup's grafts add per drafter row before any is measured, and what that guess is worth in rows: measured, they
-# add 0.3-0.7 tokens a row to SmolLM2's sampled rounds (MT-Bench)
-GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0
-
-
-@dataclass
-class LookupRate:
-    """What prompt lookup would do in a row's round, counted from the text decoded: over `rounds` row-rounds, in
-    `alone` of them its match was long enough to draft alone, verifying `width` tokens per row in all (its draft and
-    the root) and yielding `tokens` (its draft's agreement with the tokens the target went on to emit, plus the
-    target's own). Every round of a `draft_shape="auto"` call counts, whether or not it drafted with lookup: a lookup
-    draft is accepted exactly as far as it agrees with the target's tokens (greedy; sampled, a one-hot draft is
-    accepted exactly when the target's draw is its token, so the agreement has the acceptance's distribution)."""
-
-    rounds: float = 0.0
-    alone: float = 0.0
-    tokens: float = 0.0
-    width: float = 0.0
-    # the drafter's rows of rounds that drafted with lookup: how many, the tokens its grafts added to their accepted
-    # paths, how many it grafted onto and the nodes those grafts added to the verified ones
-    drafted: float = 0.0
-    graft_tokens: float = 0.0
-    grafted: float = 0.0
-    graft_nodes: float = 0.0
-
-    def add_graft(self, tokens: int, nodes: int) -> None:
-        """One drafter row of a round that drafted with lookup: its grafts added `tokens` to the accepted path and
-        `nodes` to the verified ones (0 and 0: nothing grafted)."""
-        self.drafted += 1.0
-        self.graft_tokens += float(tokens)
-        if nodes > 0:
-            self.grafted += 1.0
-            self.graft_nodes += float(nodes)
-
-    @property
-    def graft_gain(self) -> float:
-        """G: tokens lookup's grafts add per drafter row, from a prior of `GRAFT_PRIOR` tokens worth
-        `GRAFT_PRIOR_ROWS` rows (optimistic: a shape with lookup gets drafted, and so measured, before it is ruled
-        out)."""
-        return (self.graft_tokens + GRAFT_PRIOR * GRAFT_PRIOR_ROWS) / (self.drafted + GRAFT_PRIOR_ROWS)
-
-    @property
-    def graft_share(self) -> float:
-        """g: the share of drafter rows lookup grafts onto."""
-        return self.grafted / self.drafted if self.drafted else 0.0
-
-    @property
-    def graft_width(self) -> float:
-        """n_g: the nodes a graft adds to its row."""
-        return self.graft_nodes / self.grafted if self.grafted else 0.0
-
-    def add(self, draft: int | None, tokens: int = 0) -> None:
-        """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
-        (agreement + 1)."""
-        self.rounds += 1.0
-        if draft is not None:
-            self.alone += 1.0
-            self.tokens += float(tokens)
-            self.width += float(draft + 1)
-
-    @property
-    def share(self) -> float:
-        """p: the share of row-rounds lookup drafts alone."""
-        return self.alone / self.rounds if self.rounds else 0.0
-
-    @property
-    def round_tokens(self) -> float:
-        """E_L: tokens a row-round drafted by lookup alone yields."""
-        return self.tokens / self.alone if self.alone else 1.0
-
-    @property
-    def round_width(self) -> float:
-        """W_L: tokens per row such a round verifies."""
-        return self.width / self.alone if self.alone else 1.0
 
 
 @dataclass
@@ -564,14 +488,6 @@ def depth_acceptance(drafter, sampled: bool) -> DepthAcceptance:
     return per_mode[sampled]
 
 
-def lookup_rate(drafter, sampled: bool) -> LookupRate:
-    """What prompt lookup would do in the rounds this process decoded with `drafter` (greedy or sampled)."""
-    return _LOOKUP.setdefault(drafter, {}).setdefault(sampled, LookupRate())
-
-
-_LOOKUP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def measured_acceptance(drafter) -> dict:
     """What `draft_acceptance` stores: the per-depth acceptance this process holds for `drafter`, per mode it
     counted rounds in ({"greedy": ..., "sampled": ...})."""
@@ -618,15 +534,15 @@ class RoundTimer:
         self.started = self.committed = self.drafted = self.now()
         return self.tree_shape(self.shape.size, self.shape.depth, self.shape.top_k, threshold)
 
-    def note_lookup(self, seq, tokens: list[int] | None) -> None:
-        """A row's round starts at `seq`'s end: `tokens` is the draft prompt lookup makes alone there (None: it would
+    def note_lookup(self, seq, match) -> None:
+        """A row's round starts at `seq`'s end: `match` is what prompt lookup drafts alone there (None: it would
         not), compared with what the target emits once the row has gone past it (`settle`)."""
         if self.tuner.lookup is None:
             return
-        if tokens is None:
+        if match is None:
             self.tuner.lookup.add(None)
         else:
-            self.pending.append((seq, seq.length, list(tokens)))
+            self.pending.append((seq, seq.length, list(match.tokens)))
 
     def settle(self, final: bool = False) -> None:
         """Counts the lookup drafts the target has emitted past (all of them when the call is `final`)."""
@@ -666,10 +582,14 @@ class RoundTimer:
         for tree, walked in zip(trees, accepted):
             if tree.source == "lookup":
                 continue
-            own = tree.drafter_prefix(walked.path)
+            grafted = getattr(tree, "grafted_from", None)  # the drafter's own nodes come before lookup's grafts
+            own = next(
+                (i for i, n in enumerate(walked.path) if grafted is not None and n >= grafted), len(walked.path)
+            )
             drafter_rows.append(own)
             if self.lookup_allowed and self.tuner.lookup is not None:
-                self.tuner.lookup.add_graft(len(walked.path) - own, tree.grafted_kept())
+                added = 0 if grafted is None else sum(node >= grafted for node in tree.kept)
+                self.tuner.lookup.add_graft(len(walked.path) - own, added)
         mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
         # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
         full = len(trees) == self.tuner.log.batch_size
@@ -734,8 +654,6 @@ __all__ = [
     "candidate_shapes",
     "TREE_SIZES",
     "DepthAcceptance",
-    "LookupRate",
-    "lookup_rate",
     "lookup_round",
     "expected_tokens",
     "tokens_by_size",

@@ -85,8 +85,8 @@ def test_push_writes_licence_and_prompt_datasets_for_any_drafter(tmp_path, monke
 
 
 def _draft_sentence(card: str) -> str:
-    """The card's sentence that states the draft settings ("It drafts … ;")."""
-    match = re.search(r"It drafts[^;]*;", card)
+    """The card's sentence that states the draft settings ("It drafts … ;", or with `auto` shapes "It picks … ;")."""
+    match = re.search(r"It (?:drafts|picks)[^;]*;", card)
     assert match, "the card states no draft settings"
     return " ".join(match.group(0).split())
 
@@ -110,6 +110,8 @@ def test_pushed_card_of_the_shipped_drafter_states_its_generation_config(tmp_pat
     uploaded, card_commit = RecordingApi.commits
     assert Path(uploaded["generation_config.json"]).read_bytes() == (folder / "generation_config.json").read_bytes()
     sentence = _draft_sentence(card_commit["README.md"].decode())
-    assert sentence.startswith(f"It drafts a dynamic tree of {settings['draft_tree_size']} tokens per round, or,")
+    assert settings["draft_shape"] == "auto"
+    assert sentence.startswith("It picks each round's draft on your machine")
+    assert f"starting from a dynamic tree of {settings['draft_tree_size']} tokens" in sentence
     assert "hybrid prompt lookup" in sentence  # draft_lookup
     assert sentence == _draft_sentence(str(render_model_card(folder)))

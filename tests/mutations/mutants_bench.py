@@ -352,8 +352,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "decoding_slimspec.py",
-                "lookup = self.lookup if self.timer is not None else self.round_lookup",
-                "lookup = self.round_lookup",
+                "match = self.lookup.find(seq.ids[0], budget - 1) if self.lookup is not None else None",
+                "match = self.round_lookup.find(seq.ids[0], budget - 1) if self.round_lookup is not None else None",
             ),
         ),
         tests=(
@@ -397,9 +397,9 @@ MUTANTS = [
         name="auto shapes: tokens accepted on lookup's grafts count as the drafter's own",
         edits=(
             Edit(
-                "drafting_slimspec.py",
-                "        if self.grafted_from is None:\n            return len(path)",
-                "        if True:\n            return len(path)",
+                "shapes_slimspec.py",
+                'grafted = getattr(tree, "grafted_from", None)',
+                "grafted = None",
             ),
         ),
         tests=(
