@@ -384,7 +384,7 @@ MUTANTS = [
         name="auto shapes: lookup's grafts start from nothing, so a shape with lookup may never be drafted to measure them",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "costs_slimspec.py",
                 "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0",
                 "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.0, 16.0",
             ),
