@@ -713,3 +713,27 @@ def test_same_target_under_another_name_does_not_warn_and_a_warning_points_at_th
     (warning,) = [w for w in caught if "trained for" in str(w.message)]
     assert warning.filename == __file__, warning.filename
     assert "6 layers" in str(warning.message) and "8 layers" in str(warning.message)
+
+
+def test_stop_strings_end_a_drafted_answer_where_they_end_the_targets_own(embedded_target):
+    """`stop_strings` with `tokenizer=` (what a base model's prompts need, the Gemma card's quick start): transformers
+    drops `tokenizer` on a custom_generate route, so the drafter's route builds the criterion; output as plain."""
+    from slimspec_hf import SlimSpecDrafterConfig, SlimSpecDrafterForCausalLM
+
+    model, tokenizer = embedded_target
+    torch.manual_seed(0)  # any drafter: the output is the target's
+    drafter = SlimSpecDrafterForCausalLM(SlimSpecDrafterConfig.from_target_config(model.config)).eval()
+    drafter.attach_target(model)
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "List three colours, one per line."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    kwargs = dict(max_new_tokens=40, do_sample=False, stop_strings=["Blue"], tokenizer=tokenizer)
+    plain = model.generate(**inputs, **kwargs)
+    assert tokenizer.decode(plain[0, inputs["input_ids"].shape[1] :]).endswith("Blue")  # stopped there
+    for shape in ("auto", "fixed"):
+        assert (
+            model.generate(**inputs, assistant_model=drafter, draft_shape=shape, **kwargs).tolist() == plain.tolist()
+        )

@@ -13,6 +13,7 @@ Part of the remote-code unit: it imports only `torch`, `transformers` and its si
 from dataclasses import dataclass
 
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .configuration_slimspec import is_slimspec_drafter
@@ -286,15 +287,13 @@ class SpeculativeDecoder:
     def plan(self, seq: DecodingSequence) -> RoundPlan:
         """What the round drafts before the drafter runs: the lookup match, and the whole draft when it is lookup's."""
         budget = self.max_length - seq.length  # tokens this round may append (accepted + 1)
-        # `draft_shape="auto"` counts what lookup would draft alone in every round, whether or not the round uses it
         match = self.lookup.find(seq.ids[0], budget - 1) if self.lookup is not None else None
-        alone = match is not None and self.lookup.drafts_alone(match)
-        if self.timer is not None:
-            self.timer.note_lookup(seq, match if alone else None)
+        if self.timer is not None:  # `auto` counts what lookup would draft alone in every round, used or not
+            self.timer.note_lookup(seq, match if self.lookup is not None and self.lookup.drafts_alone(match) else None)
         if self.shape.depth == 0:  # a plain round (`draft_shape="auto"`): plain decoding, neither drafter nor lookup
             return RoundPlan(budget, 0, None, DraftTree(source="plain"))
         match = match if self.round_lookup is not None else None
-        tree = lookup_tree(match.tokens) if match is not None and alone else None
+        tree = lookup_tree(match.tokens) if match is not None and self.lookup.drafts_alone(match) else None
         return RoundPlan(budget, min(self.shape.depth, budget - 1), match, tree)
 
     def graft_lookup(self, seq: DecodingSequence, tree: DraftTree, root_logits, plan: RoundPlan) -> DraftTree:
@@ -499,6 +498,9 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
         record_stats(drafter, SlimSpecGenerationStats(draft_shape={"shape": "plain"}))
         return generate(target, **arguments)
     streamer = arguments.pop("streamer", None)
+    if arguments.get("stop_strings") and arguments.get("tokenizer") is not None:  # custom_generate drops `tokenizer`
+        stops = StopStringCriteria(arguments.pop("tokenizer"), arguments.pop("stop_strings"))
+        arguments["stopping_criteria"] = StoppingCriteriaList([*(arguments.get("stopping_criteria") or []), stops])
     return generate(
         target,
         **arguments,

@@ -22,6 +22,17 @@ DRAFTING = "drafting_slimspec.py"
 
 MUTANTS = [
     Mutant(
+        name="stop strings: the drafter's route leaves them to transformers, which has dropped the tokenizer",
+        edits=(
+            Edit(
+                "decoding_slimspec.py",
+                'if arguments.get("stop_strings") and arguments.get("tokenizer") is not None:',
+                "if False:",
+            ),
+        ),
+        tests=("tests/test_generation.py::test_stop_strings_end_a_drafted_answer_where_they_end_the_targets_own",),
+    ),
+    Mutant(
         name="greedy: stopping criteria checked after a round's last token only",
         edits=(
             Edit(
