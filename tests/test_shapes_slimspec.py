@@ -122,7 +122,7 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     timer.start(0.0)
     timer.mark_committed(40)
     timer.mark_drafted()
-    tree = SimpleNamespace(source="drafter", kept=list(range(6)))
+    tree = SimpleNamespace(source="drafter", kept=list(range(6)), grafted_from=None)
     timer.end([tree], [SimpleNamespace(path=[0])], tokens=2)
     assert tuner.log.draft[40] == [pytest.approx(0.30)] and tuner.log.draft[2] == [pytest.approx(0.02)] * 2
     assert tuner.log.verify[7] == [pytest.approx(0.16)]
@@ -139,7 +139,7 @@ def test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch():
     tuner.probes.clear()
     tuner.next_shape = lambda: DraftShape(1, 1, 1)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
-    tree = SimpleNamespace(source="drafter", kept=[0])
+    tree = SimpleNamespace(source="drafter", kept=[0], grafted_from=None)
     for rows, seconds in ((4, 0.20), (2, 0.08)):
         timer.now = iter([0.0, 0.01, 0.01, seconds]).__next__
         timer.start(0.0)

@@ -582,7 +582,7 @@ class RoundTimer:
         for tree, walked in zip(trees, accepted):
             if tree.source == "lookup":
                 continue
-            grafted = getattr(tree, "grafted_from", None)  # the drafter's own nodes come before lookup's grafts
+            grafted = tree.grafted_from  # the drafter's own nodes come before lookup's grafts
             own = next(
                 (i for i, n in enumerate(walked.path) if grafted is not None and n >= grafted), len(walked.path)
             )

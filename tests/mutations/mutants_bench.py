@@ -398,7 +398,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                'grafted = getattr(tree, "grafted_from", None)',
+                "grafted = tree.grafted_from",
                 "grafted = None",
             ),
         ),
