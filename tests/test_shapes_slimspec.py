@@ -460,8 +460,8 @@ def FLAT(width):  # verification is nearly free: every probe pays
 def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tiny_target):
     """A call's measured costs are written to the cache folder; a new process (its in-memory logs gone) starts
     from them and chooses at its first round, without plain or probing rounds, and where plain decoding won for
-    this drafter its first call decodes plain; another batch size, thread count, drafter architecture or prompt
-    length bucket keeps its own file; `SLIMSPEC_DRAFT_COSTS=off` keeps none."""
+    this drafter its first call decodes plain; another batch size, thread count, drafter architecture, prompt
+    length bucket or mode (greedy, sampled) keeps its own file; `SLIMSPEC_DRAFT_COSTS=off` keeps none."""
     machine(monkeypatch, STEEP)
     import weakref
 
@@ -508,10 +508,12 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     finally:
         torch.set_num_threads(threads)
     others.append(costs_slimspec.costs_key(tiny_target, drafter, 1, 1500))  # a longer prompt: dearer rounds
-    assert len({costs_slimspec.costs_file(k) for k in [key, *others]}) == 5
+    others.append(costs_slimspec.costs_key(tiny_target, drafter, 1, 10, sampled=True))  # draws: dearer per node
+    assert len({costs_slimspec.costs_file(k) for k in [key, *others]}) == 6
     assert costs_slimspec.costs_key(tiny_target, drafter, 1, 200) == key  # one curve for every short prompt
     assert [costs_slimspec.context_bucket(n) for n in (1, 256, 257, 1500, 2048)] == [256, 256, 512, 2048, 2048]
     assert not costs_slimspec.cost_log(tiny_target, drafter, 4, 10).verify  # nothing kept for it
+    assert not costs_slimspec.cost_log(tiny_target, drafter, 1, 10, sampled=True).verify  # nor for sampled calls
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "off")
     assert costs_slimspec.costs_file(key) is None
 

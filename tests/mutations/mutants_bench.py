@@ -245,6 +245,11 @@ MUTANTS = [
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
+        name="auto shapes: greedy and sampled calls share one cost curve",
+        edits=(Edit("costs_slimspec.py", '        "mode": ACCEPTANCE_MODES[bool(sampled)],\n', ""),),
+        tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
+    ),
+    Mutant(
         name="auto shapes: one plain round is timed before the first choice",
         edits=(Edit("shapes_slimspec.py", "TIMED_ROUNDS = 2 ", "TIMED_ROUNDS = 1 "),),
         tests=("tests/test_shapes_slimspec.py::test_one_slow_round_at_a_width_does_not_rule_it_out",),

@@ -216,6 +216,16 @@ def activation_aware_factors(
     return down.to(weight.dtype), up.to(weight.dtype)
 
 
+def most_frequent_tokens(dataset, vocab_size: int, count: int) -> torch.Tensor:
+    """The `count` tokens met most often among the response tokens (`loss_mask`) of a tokenised dataset, most
+    frequent first (ties: the lower id): the kept vocabulary of a trimmed head (VocabTrim / FR-Spec)."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for ids, mask in zip(dataset["input_ids"], dataset["loss_mask"]):
+        ids = torch.as_tensor(ids)
+        counts += torch.bincount(ids[torch.as_tensor(mask).bool()], minlength=vocab_size)
+    return torch.argsort(counts, descending=True, stable=True)[:count]
+
+
 @torch.no_grad()
 def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -> None:
     """`head_init` for a new drafter; also picks the kept tokens of a trimmed head (most frequent in the data)."""
@@ -230,11 +240,7 @@ def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -
     if isinstance(head, TrimmedHead):
         if train_dataset is None:
             raise ValueError("`head_type='trimmed'` picks its tokens from `train_dataset`, which is missing.")
-        counts = torch.zeros(drafter.config.vocab_size, dtype=torch.long)
-        for ids, mask in zip(train_dataset["input_ids"], train_dataset["loss_mask"]):
-            ids = torch.as_tensor(ids)
-            counts += torch.bincount(ids[torch.as_tensor(mask).bool()], minlength=counts.numel())
-        token_ids = torch.argsort(counts, descending=True, stable=True)[: head.token_ids.numel()]
+        token_ids = most_frequent_tokens(train_dataset, drafter.config.vocab_size, head.token_ids.numel())
         head.set_token_ids(token_ids, dense_weight=weight if from_target else None)
     elif isinstance(head, LowRankHead):
         if args.head_init == "svd":
@@ -322,6 +328,7 @@ __all__ = [
     "second_moment",
     "activation_aware_factors",
     "initialise_head",
+    "most_frequent_tokens",
     "initialise_layer_from_target",
     "freeze_backbone",
     "apply_lora",
