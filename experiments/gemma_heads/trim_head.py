@@ -67,8 +67,10 @@ def main(argv=None) -> int:
         for ids, m in zip(dataset["input_ids"], dataset["loss_mask"])
     )
     trimmed_copy(drafter, kept).save_pretrained(args.out)
-    print(f"{Path(args.out)}: {args.keep} of {drafter.config.vocab_size} tokens kept, covering {covered / total:.4f} "
-          f"of {total} response tokens in {args.data}")
+    print(
+        f"{Path(args.out)}: {args.keep} of {drafter.config.vocab_size} tokens kept, covering {covered / total:.4f} "
+        f"of {total} response tokens in {args.data}"
+    )
     return 0
 
 
