@@ -27,3 +27,39 @@ def test_a_merged_head_drafts_what_the_low_rank_head_drafts(tiny_target):
 def test_only_a_low_rank_head_merges(tiny_target):
     with pytest.raises(ValueError, match="low-rank head to merge, got head_type='full'"):
         with_merged_head(make_tiny_drafter(tiny_target, head_type="full"))
+
+
+@pytest.mark.parametrize("faster", ["row", "column"])
+def test_a_heads_weight_is_kept_in_the_layout_that_runs_faster_here(monkeypatch, tiny_target, faster):
+    """`attach_target` (every decoding call) times the drafter's head weight in both memory orders once per dtype
+    and keeps the faster, values unchanged; a training drafter is left alone."""
+    from slimspec_hf import heads_slimspec
+
+    clock = [0.0]
+    linear = heads_slimspec.F.linear
+
+    def timed_linear(x, w):  # a CPU on which one layout costs 10× the other
+        column = w.stride() == (1, w.shape[0]) and w.shape[1] > 1
+        clock[0] += 1.0 if column == (faster == "column") else 10.0
+        return linear(x, w)
+
+    monkeypatch.setattr(heads_slimspec.F, "linear", timed_linear)
+    monkeypatch.setattr(heads_slimspec.time, "perf_counter", lambda: clock[0])
+    drafter = make_tiny_drafter(tiny_target, head_rank=8)
+    weight = drafter.lm_head.up.weight
+    weight.__dict__.pop("_fitted_layout", None)  # as loaded: column-major, not yet timed
+    drafter.lm_head.store_column_major()
+    values = weight.detach().clone()
+    drafter.train()
+    drafter.attach_target(tiny_target)
+    assert weight.stride() == (1, weight.shape[0])  # training: as built (column-major)
+    drafter.eval()
+    drafter.attach_target(tiny_target)
+    column = weight.stride() == (1, weight.shape[0])
+    assert column == (faster == "column") and torch.equal(weight, values)
+    ticks = clock[0]
+    drafter.attach_target(tiny_target)
+    assert clock[0] == ticks  # timed once for this dtype
+    drafter.to(torch.float64)
+    drafter.attach_target(tiny_target)
+    assert clock[0] > ticks  # timed again for a new dtype

@@ -291,9 +291,11 @@ def context_bucket(tokens: int) -> int:
     return max(CONTEXT_BUCKET_MIN, 1 << (max(int(tokens), 1) - 1).bit_length())
 
 
-def costs_key(target, drafter, batch_size: int, context: int) -> dict:
+def costs_key(target, drafter, batch_size: int, context: int, sampled: bool = False) -> dict:
     """What a measured cost curve holds for: the two models' architectures and dtypes, the processor, the threads
-    (on a CPU), the batch size and the prompt length's bucket (`context_bucket` of `context` tokens)."""
+    (on a CPU), the batch size, the prompt length's bucket (`context_bucket` of `context` tokens) and the mode
+    (greedy or `sampled`: a sampled round also draws the drafts and tests them against the target's distribution,
+    which costs more per node verified)."""
     return {
         "target": architecture(target),
         "drafter": architecture(drafter),
@@ -302,6 +304,7 @@ def costs_key(target, drafter, batch_size: int, context: int) -> dict:
         "threads": torch.get_num_threads() if target.device.type == "cpu" else None,
         "batch_size": batch_size,
         "context": context_bucket(context),
+        "mode": ACCEPTANCE_MODES[bool(sampled)],
     }
 
 
@@ -322,11 +325,11 @@ def drafter_name(drafter) -> str:
     return name
 
 
-def cost_log(target, drafter, batch_size: int, context: int) -> CostLog:
+def cost_log(target, drafter, batch_size: int, context: int, sampled: bool = False) -> CostLog:
     """The costs measured for `target` with `drafter` at `batch_size` rows of prompts `context` tokens long (their
-    bucket; on their device, in their dtypes), by this process and, where they are kept (`costs_file`), by earlier
-    ones on this machine."""
-    key = costs_key(target, drafter, batch_size, context)
+    bucket; on their device, in their dtypes), greedy or `sampled`, by this process and, where they are kept
+    (`costs_file`), by earlier ones on this machine."""
+    key = costs_key(target, drafter, batch_size, context, sampled)
     logs = _COSTS.setdefault(target, {})
     chooser = drafter_name(drafter)
     name = (json.dumps(key, sort_keys=True), chooser)
@@ -353,7 +356,7 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
     the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64)
     decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
     again."""
-    log = cost_log(target, drafter, batch_size, context)
+    log = cost_log(target, drafter, batch_size, context, sampled)
     if not log.plain_chosen[sampled]:
         return False
     log.plain_calls[sampled] += 1

@@ -502,7 +502,7 @@ def round_timer(settings, target, drafter, shape, batch_size: int, context: int,
         return None
     start = DraftShape(shape.size, shape.depth, shape.top_k)
     lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
-    log = cost_log(target, drafter, batch_size, context)
+    log = cost_log(target, drafter, batch_size, context, sampled)
     tuner = ShapeTuner(log, depth_acceptance(drafter, sampled), start, lookup=lookup)
     return RoundTimer(tuner, target.device, type(shape))
 

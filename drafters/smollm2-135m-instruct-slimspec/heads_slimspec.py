@@ -7,6 +7,8 @@ Each maps (..., d) hidden states to full-vocabulary logits (..., V). Part of the
 Shapes: d drafter width, V vocabulary, r head rank, K trimmed vocabulary.
 """
 
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,6 +27,9 @@ class LowRankHead(nn.Module):
 
     def store_column_major(self) -> None:
         store_column_major(self.up.weight)
+
+    def fit_layout(self) -> None:
+        fit_layout(self.up.weight)  # W_down (r×d) is too small for its layout to matter
 
     @property
     def rank(self) -> int:
@@ -71,6 +76,37 @@ def store_column_major(weight: nn.Parameter) -> None:
         weight.data = weight.data.t().contiguous().t()
 
 
+LAYOUT_ROWS = (1, 4)  # a draft step scores one row (a chain's, a tree's root) or a few (a tree level, a batch)
+
+
+@torch.no_grad()
+def fit_layout(weight: nn.Parameter, repeats: int = 5) -> None:
+    """Keeps a head's (out×in) weight in the memory order, column- or row-major, in which `F.linear` runs faster on
+    this CPU for `LAYOUT_ROWS` rows, timed once per dtype (the same values, name and checkpoint). Column-major is
+    faster in fp32 (`store_column_major`); in bf16 on a Xeon with AMX, row-major is 1.5× faster at one row for a
+    262,144-row head (oneDNN's bf16 kernels; docs/results.md). Not timed on accelerators, nor while training."""
+    if weight.device.type != "cpu" or weight.dim() != 2 or getattr(weight, "_fitted_layout", None) == weight.dtype:
+        return
+    layouts = (weight.data.t().contiguous().t(), weight.data.contiguous())  # column-major first: the default
+
+    def seconds(w: torch.Tensor) -> float:
+        total = 0.0
+        for rows in LAYOUT_ROWS:
+            x = torch.ones(rows, w.shape[1], dtype=w.dtype)
+            F.linear(x, w)  # warm-up
+            runs = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                F.linear(x, w)
+                runs.append(time.perf_counter() - start)
+            total += sorted(runs)[len(runs) // 2]  # the median: one call in a few runs far slower or faster
+        return total
+
+    times = [seconds(w) for w in layouts]
+    weight.data = layouts[min(range(len(layouts)), key=times.__getitem__)]
+    weight._fitted_layout = weight.dtype
+
+
 def low_rank_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Truncated SVD `weight ≈ up @ down` with `down` (r×d) and `up` (V×r), singular values split evenly.
 
@@ -97,6 +133,9 @@ class FullHead(nn.Linear):
     def store_column_major(self) -> None:
         store_column_major(self.weight)
 
+    def fit_layout(self) -> None:
+        fit_layout(self.weight)
+
 
 class TrimmedHead(nn.Module):
     """VocabTrim-T baseline: a K×d head over the K most frequent tokens; other logits are -inf."""
@@ -111,6 +150,9 @@ class TrimmedHead(nn.Module):
 
     def store_column_major(self) -> None:
         store_column_major(self.weight)
+
+    def fit_layout(self) -> None:
+        fit_layout(self.weight)
 
     @property
     def has_token_set(self) -> bool:
@@ -206,4 +248,5 @@ __all__ = [
     "build_head",
     "low_rank_factors",
     "store_column_major",
+    "fit_layout",
 ]

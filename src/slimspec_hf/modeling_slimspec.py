@@ -257,10 +257,13 @@ class SlimSpecDrafterForCausalLM(SlimSpecDrafterPreTrainedModel):
         return self.lm_head
 
     def attach_target(self, target: nn.Module) -> "SlimSpecDrafterForCausalLM":
-        """Borrows the target's input embedding (and its LM head for `head_type="target"`)."""
+        """Borrows the target's input embedding (and its LM head for `head_type="target"`); out of training, keeps
+        its own head's weight in the faster memory order for this CPU and dtype (`fit_layout`, timed once)."""
         self.set_input_embeddings(target.get_input_embeddings())
         if isinstance(self.lm_head, TargetHead):
             self.lm_head.set_target_head(target.get_output_embeddings())
+        elif not self.training and hasattr(self.lm_head, "fit_layout"):
+            self.lm_head.fit_layout()
         return self
 
     def push_to_hub(self, repo_id: str, **kwargs):

@@ -274,4 +274,20 @@ MUTANTS = [
         edits=(Edit("training/head_init.py", "        initialise_layer_as_passthrough(drafter)\n", ""),),
         tests=("tests/training/test_trainer_families.py::test_auto_layer_init_starts_on_the_targets_deepest_state",),
     ),
+    Mutant(
+        name="head layout: the faster memory order is timed but never kept",
+        edits=(
+            Edit(
+                "heads_slimspec.py",
+                "weight.data = layouts[min(range(len(layouts)), key=times.__getitem__)]",
+                "weight.data = layouts[0]",
+            ),
+        ),
+        tests=("tests/test_heads_slimspec.py::test_a_heads_weight_is_kept_in_the_layout_that_runs_faster_here[row]",),
+    ),
+    Mutant(
+        name="head layout: a training drafter's weight is re-laid out under the optimiser",
+        edits=(Edit(MODELING, "elif not self.training and hasattr", "elif hasattr"),),
+        tests=("tests/test_heads_slimspec.py::test_a_heads_weight_is_kept_in_the_layout_that_runs_faster_here[row]",),
+    ),
 ]

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..heads_slimspec import fit_layout
 from .timing import median_times
 
 
@@ -233,6 +234,9 @@ def measure_round_costs(
     full = dense_head(cfg.hidden_size, vocab, dtype=dtype, device=device)
     x = torch.randn(1, 1, cfg.hidden_size, generator=generator).to(device, dtype)
     head = drafter.lm_head
+    fit_layout(full.weight)  # both heads in the memory order they decode in here (`attach_target` fits the drafter's)
+    if hasattr(head, "fit_layout"):
+        head.fit_layout()
     times = median_times(
         {"t_verify": verify, "t_backbone": backbone, "t_head": lambda: head(x), "t_head_full": lambda: full(x)},
         repeats=repeats,
