@@ -87,7 +87,9 @@ def fit_layout(weight: nn.Parameter, repeats: int = 5) -> None:
     262,144-row head (oneDNN's bf16 kernels; docs/results.md). Not timed on accelerators, nor while training."""
     if weight.device.type != "cpu" or weight.dim() != 2 or getattr(weight, "_fitted_layout", None) == weight.dtype:
         return
-    layouts = (weight.data.t().contiguous().t(), weight.data.contiguous())  # column-major first: the default
+    data = weight.data  # one copy at most: the order it is not already in
+    column = data if data.stride() == (1, data.shape[0]) else data.t().contiguous().t()
+    layouts = (column, data.contiguous())  # column-major first: the default
 
     def seconds(w: torch.Tensor) -> float:
         total = 0.0

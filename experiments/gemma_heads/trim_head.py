@@ -7,7 +7,8 @@ only difference from the drafter it comes from is the head.
     python experiments/gemma_heads/trim_head.py drafters/gemma-3-270m-slimspec --data data/gemma-3-270m/balanced_4k \
         --keep 32768 --out outputs/gemma-3-270m-trimmed
 
-Prints the share of the data's response tokens the kept tokens cover (the ceiling on a trimmed head's acceptance).
+Prints how many distinct tokens the data's answers hold and the share of their tokens the kept ones cover (the
+ceiling on a trimmed head's acceptance there).
 """
 
 import argparse
@@ -19,7 +20,7 @@ import torch
 from slimspec_hf.modeling_slimspec import LowRankHead, SlimSpecDrafterForCausalLM
 from slimspec_hf.targets import load_target
 from slimspec_hf.training.data import load_training_dataset, prepare_dataset
-from slimspec_hf.training.head_init import most_frequent_tokens
+from slimspec_hf.training.head_init import most_frequent_tokens, response_token_counts
 
 
 @torch.no_grad()
@@ -31,7 +32,7 @@ def trimmed_copy(drafter, token_ids: torch.Tensor):
     for key in ("model_type", "transformers_version", "architectures", "auto_map"):
         config.pop(key, None)
     config.update(head_type="trimmed", head_rank=None, draft_vocab_size=int(token_ids.numel()))
-    trimmed = SlimSpecDrafterForCausalLM(type(drafter.config)(**config)).to(head_weight_dtype(drafter))
+    trimmed = SlimSpecDrafterForCausalLM(type(drafter.config)(**config)).to(next(head.parameters()).dtype)
     own = {k: v for k, v in drafter.state_dict().items() if not k.startswith("lm_head.")}
     missing, unexpected = trimmed.load_state_dict(own, strict=False)
     if unexpected or any(not k.startswith("lm_head.") for k in missing):
@@ -39,10 +40,6 @@ def trimmed_copy(drafter, token_ids: torch.Tensor):
     trimmed.lm_head.set_token_ids(token_ids, dense_weight=dense)
     trimmed.generation_config = drafter.generation_config
     return trimmed
-
-
-def head_weight_dtype(drafter) -> torch.dtype:
-    return next(drafter.lm_head.parameters()).dtype
 
 
 def main(argv=None) -> int:
@@ -57,19 +54,13 @@ def main(argv=None) -> int:
         parser.error(f"--keep must lie in (0, {drafter.config.vocab_size}), got {args.keep}")
     _, tokenizer = load_target(drafter.config.target_model_name_or_path or None)
     dataset = prepare_dataset(load_training_dataset(args.data), tokenizer, max_length=None)
-    counts_ids = most_frequent_tokens(dataset, drafter.config.vocab_size, drafter.config.vocab_size)
-    kept = counts_ids[: args.keep]
-    total = sum(int(torch.as_tensor(m).sum()) for m in dataset["loss_mask"])
-    inside = torch.zeros(drafter.config.vocab_size, dtype=torch.bool)
-    inside[kept] = True
-    covered = sum(
-        int(inside[torch.as_tensor(ids)[torch.as_tensor(m).bool()]].sum())
-        for ids, m in zip(dataset["input_ids"], dataset["loss_mask"])
-    )
+    counts = response_token_counts(dataset, drafter.config.vocab_size)
+    kept = most_frequent_tokens(counts, args.keep)
+    covered = int(counts[kept].sum()) / int(counts.sum())
     trimmed_copy(drafter, kept).save_pretrained(args.out)
     print(
-        f"{Path(args.out)}: {args.keep} of {drafter.config.vocab_size} tokens kept, covering {covered / total:.4f} "
-        f"of {total} response tokens in {args.data}"
+        f"{Path(args.out)}: {args.keep} of {drafter.config.vocab_size} tokens kept; the answers in {args.data} hold "
+        f"{int((counts > 0).sum())} distinct tokens, {int(counts.sum())} in all, {covered:.4f} of them kept"
     )
     return 0
 

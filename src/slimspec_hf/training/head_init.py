@@ -216,13 +216,18 @@ def activation_aware_factors(
     return down.to(weight.dtype), up.to(weight.dtype)
 
 
-def most_frequent_tokens(dataset, vocab_size: int, count: int) -> torch.Tensor:
-    """The `count` tokens met most often among the response tokens (`loss_mask`) of a tokenised dataset, most
-    frequent first (ties: the lower id): the kept vocabulary of a trimmed head (VocabTrim / FR-Spec)."""
+def response_token_counts(dataset, vocab_size: int) -> torch.Tensor:
+    """How often each token id occurs among the response tokens (`loss_mask`) of a tokenised dataset, (vocab_size,)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
     for ids, mask in zip(dataset["input_ids"], dataset["loss_mask"]):
         ids = torch.as_tensor(ids)
         counts += torch.bincount(ids[torch.as_tensor(mask).bool()], minlength=vocab_size)
+    return counts
+
+
+def most_frequent_tokens(counts: torch.Tensor, count: int) -> torch.Tensor:
+    """The `count` most frequent token ids of `counts` (`response_token_counts`), most frequent first (ties: the
+    lower id): the kept vocabulary of a trimmed head (VocabTrim / FR-Spec)."""
     return torch.argsort(counts, descending=True, stable=True)[:count]
 
 
@@ -240,7 +245,8 @@ def initialise_head(drafter, target, args: SlimSpecConfig, train_dataset=None) -
     if isinstance(head, TrimmedHead):
         if train_dataset is None:
             raise ValueError("`head_type='trimmed'` picks its tokens from `train_dataset`, which is missing.")
-        token_ids = most_frequent_tokens(train_dataset, drafter.config.vocab_size, head.token_ids.numel())
+        counts = response_token_counts(train_dataset, drafter.config.vocab_size)
+        token_ids = most_frequent_tokens(counts, head.token_ids.numel())
         head.set_token_ids(token_ids, dense_weight=weight if from_target else None)
     elif isinstance(head, LowRankHead):
         if args.head_init == "svd":
@@ -329,6 +335,7 @@ __all__ = [
     "activation_aware_factors",
     "initialise_head",
     "most_frequent_tokens",
+    "response_token_counts",
     "initialise_layer_from_target",
     "freeze_backbone",
     "apply_lora",
