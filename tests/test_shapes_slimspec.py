@@ -115,7 +115,7 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     tuner.probes.clear()
     tuner.log.add_verify(1, 0.1)
     tuner.log.add_draft(1, 0.01)
-    tuner.next_shape = lambda: DraftShape(6, 3, 2)
+    tuner.next_shape = lambda rows=None: DraftShape(6, 3, 2)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
     clock = iter([0.0, 0.30, 0.34, 0.50])  # start, first step done (40 positions), levels done, verified
     timer.now = lambda: next(clock)
@@ -128,16 +128,16 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     assert tuner.log.verify[7] == [pytest.approx(0.16)]
 
 
-def test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch():
-    """At B = 4, a round with 2 rows left verifies fewer rows and costs less: its times stay out of the batch's
-    curves (and out of the call's measured speed-up); its acceptance still counts."""
+def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
+    """At B = 4, a round with 2 rows left verifies fewer rows and costs less: its times go to the 2-row curves, not
+    the batch's (nor into the call's measured speed-up); its acceptance counts as any round's."""
     from types import SimpleNamespace
 
     from slimspec_hf.shapes_slimspec import RoundTimer
 
     tuner = ShapeTuner(CostLog(batch_size=4), DepthAcceptance(), start=DraftShape(1, 1, 1))
     tuner.probes.clear()
-    tuner.next_shape = lambda: DraftShape(1, 1, 1)
+    tuner.next_shape = lambda rows=None: DraftShape(1, 1, 1)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
     tree = SimpleNamespace(source="drafter", kept=[0], grafted_from=None)
     for rows, seconds in ((4, 0.20), (2, 0.08)):
@@ -147,7 +147,41 @@ def test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch():
         timer.mark_drafted()
         timer.end([tree] * rows, [SimpleNamespace(path=[0])] * rows, tokens=2 * rows)
     assert tuner.log.verify == {2: [pytest.approx(0.19)]} and tuner.log.draft == {1: [pytest.approx(0.01)]}
+    assert tuner.log_for(2).verify == {2: [pytest.approx(0.07)]} and tuner.log_for(2).draft == {1: [0.01]}
     assert timer.tokens == 8 and timer.seconds == pytest.approx(0.20) and tuner.accepted == 2.0
+
+
+def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
+    """A batch of 8 whose every verified token costs as much as the first decodes plain; once 6 of its rows have
+    finished, the 2 left verify about as a batch of 4 does (a plain round between the 1- and 4-row ones measured,
+    wider ones growing as at 4 rows), and drafting pays for them. Where 2-row rounds were timed, their cost counts."""
+    from slimspec_hf.costs_slimspec import costs_at_rows
+
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+    logs = {rows: CostLog(batch_size=rows) for rows in range(1, 9)}
+    for n in range(1, 17):
+        logs[1].add_verify(n, 0.040)  # flat at one row
+        logs[4].add_verify(n, 0.050 + 0.005 * n)  # gentle at four
+        logs[8].add_verify(n, 0.080 * n)  # steep at eight
+    for rows in (1, 4, 8):
+        for w in range(1, 9):
+            logs[rows].add_draft(w, 0.001 * rows)
+    logs[8].add_verify(1, 0.080)  # two plain rounds timed: the batch's choice is made
+    costs = costs_at_rows(2, list(logs.values()))
+    plain = 0.040 + (0.055 - 0.040) / 3
+    assert costs.batch_size == 2 and costs.verify_time(1) == pytest.approx(plain)
+    assert costs.verify_time(5) == pytest.approx(plain * 0.075 / 0.055) and costs.draft_time(3) == pytest.approx(0.002)
+
+    tuner = ShapeTuner(logs[8], acceptance, start=DraftShape(4, 1, 4), log_for=logs.__getitem__)
+    tuner.probes.clear()
+    assert tuner.next_shape(8).is_plain and tuner.choice.shape.is_plain
+    shape = tuner.next_shape(2)
+    assert not shape.is_plain and tuner.partial[2].speedup > 1.1, tuner.partial[2]
+    assert tuner.next_shape(8).is_plain  # the whole batch's choice stands
+
+    logs[2].add_verify(shape.size + 1, 1.0)  # timed at 2 rows: a second per round, whatever the curves say
+    timed = costs_at_rows(2, list(logs.values()))
+    assert timed.verify_time(shape.size + 1) > 2 * costs.verify_time(shape.size + 1)
 
 
 def test_a_flat_verification_curve_picks_a_large_tree():
@@ -441,10 +475,10 @@ def machine(monkeypatch, verify, draft=lambda nodes: 0.001):
     that a choice the test relies on does not turn on a loaded test machine's timings."""
     observe = ShapeTuner.observe
 
-    def synthetic(self, shape, verify_seconds, draft_steps, accepted, width=None, timed=True):
+    def synthetic(self, shape, verify_seconds, draft_steps, accepted, width=None, rows=None):
         verified = shape.size + 1 if width is None else width
         steps = [(nodes, draft(nodes)) for nodes, _ in draft_steps]
-        return observe(self, shape, verify(verified), steps, accepted, width=width, timed=timed)
+        return observe(self, shape, verify(verified), steps, accepted, width=width, rows=rows)
 
     monkeypatch.setattr(ShapeTuner, "observe", synthetic)
 
@@ -597,7 +631,7 @@ def forced_shapes(monkeypatch, shapes):
     import itertools
 
     cycle = itertools.cycle(shapes)
-    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self: next(cycle))
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None: next(cycle))
 
 
 SHAPE_CYCLE = [DraftShape(), DraftShape(1, 1, 1), DraftShape(3, 3, 1), DraftShape(4, 1, 4), DraftShape(6, 3, 2)]

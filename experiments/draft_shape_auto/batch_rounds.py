@@ -37,8 +37,8 @@ def main() -> None:
     rounds, choices = collections.Counter(), []
     next_shape = shapes_slimspec.ShapeTuner.next_shape
 
-    def logged(tuner):
-        shape = next_shape(tuner)
+    def logged(tuner, rows=None):
+        shape = next_shape(tuner, rows)
         rounds[str(shape)] += 1
         if tuner.choice is not None and (not choices or choices[-1][0] is not tuner.choice):
             best = sorted(tuner.choice.predictions.items(), key=lambda kv: -kv[1])[:4]

@@ -238,6 +238,30 @@ class CostLog:
         return math.sqrt(2) * 1.25 * 1.4826 * mad / median / math.sqrt(len(times))
 
 
+def costs_at_rows(rows: int, logs: list[CostLog]) -> RoundCosts | None:
+    """The costs of rounds over `rows` rows, from `logs` at other batch sizes (a batch whose first rows have
+    finished decodes its last rounds over fewer rows). A plain round's cost is linear in the rows between the nearest
+    batch sizes measured below and above; a wider round's grows from it as it does at the size above (wider rounds
+    over fewer rows cost relatively less, but by how much is not linear in the rows: the size above's growth is the
+    cautious guess), the drafter's steps linear in the rows. Where rounds over `rows` rows were timed themselves (its
+    log among `logs`), their own medians stand. None where no log has costs."""
+    measured = {log.batch_size: costs for log in logs if (costs := log.costs()) is not None}
+    own = next((log for log in logs if log.batch_size == rows), None)
+    lower = max((b for b in measured if b < rows), default=None)
+    upper = min((b for b in measured if b > rows), default=None)
+    if lower is None and upper is None:
+        return measured.get(rows)
+    low, high = measured[lower if lower is not None else upper], measured[upper if upper is not None else lower]
+    share = (rows - lower) / (upper - lower) if lower is not None and upper is not None else 0.0
+    plain = low.verify[0] + share * (high.verify[0] - low.verify[0])
+    verify = {w: [plain * t / high.verify[0]] for w, t in enumerate(high.verify, start=1)}
+    draft = {w: [x + share * (y - x)] for w, (x, y) in enumerate(zip(low.draft, high.draft), start=1)}
+    if own is not None:
+        verify.update({w: times for w, times in own.verify.items() if times})
+        draft.update({w: times for w, times in own.draft.items() if times})
+    return RoundCosts(rows, CostLog.curve(verify), CostLog.curve(draft))
+
+
 COSTS_FORMAT = 1  # the layout of a `costs_file`
 
 
@@ -458,6 +482,7 @@ __all__ = [
     "RoundCosts",
     "CostLog",
     "cost_log",
+    "costs_at_rows",
     "costs_key",
     "costs_file",
     "costs_root",

@@ -236,8 +236,28 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: rounds after rows finished are timed as the whole batch's",
-        edits=(Edit("shapes_slimspec.py", "full = len(trees) == self.tuner.log.batch_size", "full = True"),),
-        tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_not_timed_as_the_whole_batch",),
+        edits=(Edit("shapes_slimspec.py", "full = rows is None or rows == self.log.batch_size", "full = True"),),
+        tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_timed_at_their_own_row_count",),
+    ),
+    Mutant(
+        name="auto shapes: the rows left of a batch keep the whole batch's shape",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if rows is not None and rows < self.log.batch_size and self.choice is not None:",
+                "if False:",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: the rows left of a batch price a plain round as the batch size above",
+        edits=(Edit("costs_slimspec.py", "share = (rows - lower) / (upper - lower) if", "share = 1.0 if"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count",
+        ),
     ),
     Mutant(
         name="auto shapes: one cost curve for short and long prompts",
