@@ -63,3 +63,43 @@ def test_a_heads_weight_is_kept_in_the_layout_that_runs_faster_here(monkeypatch,
     drafter.to(torch.float64)
     drafter.attach_target(tiny_target)
     assert clock[0] > ticks  # timed again for a new dtype
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_a_half_precision_head_runs_with_the_weight_first_where_that_is_faster_here(monkeypatch, faster):
+    """In bf16 `fit_layout` also times the weight first (a matrix-vector product at one row, `weight @ h.T` at
+    several: oneDNN's bf16 `F.linear` pads one row to a tile) and the head keeps the faster kernel; its logits are
+    `F.linear`'s either way. In fp32 the weight-first kernel is not a candidate."""
+    from slimspec_hf import heads_slimspec
+    from slimspec_hf.heads_slimspec import LowRankHead
+
+    clock, calls = [0.0], []
+    linear, weight_first = heads_slimspec.F.linear, heads_slimspec.weight_first
+
+    def timed_linear(x, w, bias=None):
+        clock[0] += 10.0 if faster else 1.0
+        return linear(x, w, bias)
+
+    def timed_weight_first(x, w, group=1):
+        clock[0] += (1.0 if group > 1 else 2.0) if faster else 10.0  # grouped rows the fastest of all
+        calls.append(x.shape)
+        return weight_first(x, w, group)
+
+    monkeypatch.setattr(heads_slimspec.F, "linear", timed_linear)
+    monkeypatch.setattr(heads_slimspec, "weight_first", timed_weight_first)
+    monkeypatch.setattr(heads_slimspec.time, "perf_counter", lambda: clock[0])
+    torch.manual_seed(0)
+    head = LowRankHead(32, 96, 8).to(torch.bfloat16).eval()  # 96 rows: 6 groups of 16
+    hidden = torch.randn(2, 3, 32, dtype=torch.bfloat16)
+    expected = [linear(linear(h, head.down.weight), head.up.weight).float() for h in (hidden[:1, :1], hidden)]
+    head.fit_layout()
+    calls.clear()
+    got = [head(h).float() for h in (hidden[:1, :1], hidden)]
+    assert (head.up.weight._weight_first == torch.bfloat16) == faster and head.up.weight.is_contiguous() == faster
+    assert head.up.weight._weight_group == (16 if faster else 0)
+    assert len(calls) == (2 if faster else 0)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and torch.allclose(g, e, rtol=2e-2, atol=2e-2)
+    head32 = LowRankHead(32, 96, 8).eval()
+    head32.fit_layout()
+    assert head32.up.weight._weight_first is None  # fp32: column- or row-major F.linear only

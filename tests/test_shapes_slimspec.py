@@ -396,7 +396,7 @@ def test_a_recheck_call_drafts_again_before_it_settles():
     """A call made although plain decoding won (`plain_is_chosen`'s every 8th) drafts its first rounds with the best
     other shape, so that a drafter whose acceptance rose is seen; with nothing accepted it settles on plain again."""
     tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
-    assert tuner.log.plain_chosen[False]
+    assert tuner.log.plain_chosen
     again = ShapeTuner(tuner.log, tuner.acceptance, start=DraftShape(4, 1, 4))
 
     def rejected(shape):
@@ -414,7 +414,7 @@ def test_a_recheck_call_drafts_again_before_it_settles():
         shape = again.next_shape()
         if again.rounds % again.every == 0:
             break
-    assert shape.is_plain and tuner.log.plain_chosen[False]
+    assert shape.is_plain and tuner.log.plain_chosen
     # a call whose batch size last chose a drafting shape does not explore
     assert not ShapeTuner(CostLog(batch_size=1), tuner.acceptance, start=DraftShape()).explore
 
@@ -443,10 +443,10 @@ def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
             calls += 1
         waits.append(calls)
         recheck(accepted=0.0)
-    assert waits == [8, 16, 32, 64, 64] and log.plain_chosen[False]
+    assert waits == [8, 16, 32, 64, 64] and log.plain_chosen
     # sampled calls keep their own count
     assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
-    log.rechecked(False, plain=False, again=True)  # a re-check that chose to draft
+    log.rechecked(plain=False, again=True)  # a re-check that chose to draft
     calls = 1
     while costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
         calls += 1

@@ -73,11 +73,11 @@ class CostLog:
     ):
         self.batch_size, self.keep, self.path, self.key = batch_size, keep, path, key
         self.chooser = chooser  # the drafter (name or path) whose choices the log keeps (they rest on its acceptance)
-        self.plain_chosen = {False: False, True: False}  # greedy / sampled: the last choice was plain decoding
-        self.plain_calls = {False: 0, True: 0}  # calls since the last that drafted, decoded without the drafter
+        self.plain_chosen = False  # the last choice was plain decoding (the log's mode: its key's, greedy or sampled)
+        self.plain_calls = 0  # calls since the last that drafted, decoded without the drafter
         # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
         # choice that drafts (`RECHECK_EVERY` .. `RECHECK_MOST`)
-        self.recheck_every = {False: RECHECK_EVERY, True: RECHECK_EVERY}
+        self.recheck_every = RECHECK_EVERY
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
@@ -93,13 +93,13 @@ class CostLog:
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
 
-    def rechecked(self, sampled: bool, plain: bool, again: bool) -> None:
+    def rechecked(self, plain: bool, again: bool) -> None:
         """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
         plain again doubles the wait before the next; a choice that drafts resets it."""
         if not plain:
-            self.recheck_every[sampled] = RECHECK_EVERY
+            self.recheck_every = RECHECK_EVERY
         elif again:
-            self.recheck_every[sampled] = min(2 * self.recheck_every[sampled], RECHECK_MOST)
+            self.recheck_every = min(2 * self.recheck_every, RECHECK_MOST)
 
     def load(self) -> "CostLog":
         """The tables `path` holds for this `key`; nothing where the file is missing, unreadable, for another key or
@@ -108,24 +108,24 @@ class CostLog:
             return self
         try:
             stored = json.loads(self.path.read_text(encoding="utf-8"))
-            if stored.get("format") != COSTS_FORMAT or stored.get("key") != self.key:
+            if stored.get("format") not in (1, COSTS_FORMAT) or stored.get("key") != self.key:
                 return self
             tables = {
                 name: {int(w): [float(t) for t in times] for w, times in stored[name].items()}
                 for name in ("verify", "draft")
             }
             choices = stored.get("choices") or {}
-            plain = {
-                sampled: (bool(c["plain"]), int(c["calls"]), int(c["every"]))
-                for sampled, mode in ACCEPTANCE_MODES.items()
-                if (c := choices.get(mode)) and choices.get("chooser") == self.chooser
-            }
+            if stored["format"] == 1:  # the choices of both modes in every file: this file's mode's
+                choices = {**(choices.get(self.key["mode"]) or {}), "chooser": choices.get("chooser")}
+            plain = None
+            if choices.get("chooser") == self.chooser and "plain" in choices:
+                plain = bool(choices["plain"]), int(choices["calls"]), int(choices["every"])
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
             logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
             return self
-        for sampled, (chosen, calls, every) in plain.items():
-            self.plain_chosen[sampled], self.plain_calls[sampled] = chosen, max(0, calls)
-            self.recheck_every[sampled] = min(max(every, RECHECK_EVERY), RECHECK_MOST)
+        if plain is not None:
+            self.plain_chosen, self.plain_calls = plain[0], max(0, plain[1])
+            self.recheck_every = min(max(plain[2], RECHECK_EVERY), RECHECK_MOST)
         for name, table in tables.items():
             for width, times in table.items():
                 for seconds in times:
@@ -139,13 +139,12 @@ class CostLog:
         if self.path is None:
             return
         tables = {name: {str(w): t for w, t in sorted(getattr(self, name).items())} for name in ("verify", "draft")}
-        choices = {"chooser": self.chooser}
-        for sampled, mode in ACCEPTANCE_MODES.items():
-            choices[mode] = {
-                "plain": self.plain_chosen[sampled],
-                "calls": self.plain_calls[sampled],
-                "every": self.recheck_every[sampled],
-            }
+        choices = {
+            "chooser": self.chooser,
+            "plain": self.plain_chosen,
+            "calls": self.plain_calls,
+            "every": self.recheck_every,
+        }
         partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +237,31 @@ class CostLog:
         return math.sqrt(2) * 1.25 * 1.4826 * mad / median / math.sqrt(len(times))
 
 
-COSTS_FORMAT = 1  # the layout of a `costs_file`
+def costs_at_rows(rows: int, logs: list[CostLog]) -> RoundCosts | None:
+    """The costs of rounds over `rows` rows, from `logs` at other batch sizes (a batch whose first rows have
+    finished decodes its last rounds over fewer rows). A plain round's cost is linear in the rows between the nearest
+    batch sizes measured below and above; a wider round's grows from it as it does at the size above (wider rounds
+    over fewer rows cost relatively less, but by how much is not linear in the rows: the size above's growth is the
+    cautious guess), the drafter's steps linear in the rows. Where rounds over `rows` rows were timed themselves (its
+    log among `logs`), their own medians stand. None where no log has costs."""
+    measured = {log.batch_size: costs for log in logs if (costs := log.costs()) is not None}
+    own = next((log for log in logs if log.batch_size == rows), None)
+    lower = max((b for b in measured if b < rows), default=None)
+    upper = min((b for b in measured if b > rows), default=None)
+    if lower is None and upper is None:
+        return measured.get(rows)
+    low, high = measured[lower if lower is not None else upper], measured[upper if upper is not None else lower]
+    share = (rows - lower) / (upper - lower) if lower is not None and upper is not None else 0.0
+    plain = low.verify[0] + share * (high.verify[0] - low.verify[0])
+    verify = {w: [plain * t / high.verify[0]] for w, t in enumerate(high.verify, start=1)}
+    draft = {w: [x + share * (y - x)] for w, (x, y) in enumerate(zip(low.draft, high.draft), start=1)}
+    if own is not None:
+        verify.update({w: times for w, times in own.verify.items() if times})
+        draft.update({w: times for w, times in own.draft.items() if times})
+    return RoundCosts(rows, CostLog.curve(verify), CostLog.curve(draft))
+
+
+COSTS_FORMAT = 2  # the layout of a `costs_file` (2: one mode per file, its plain-decoding choice kept as such)
 
 
 def costs_root() -> "Path | None":
@@ -357,12 +380,12 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
     decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
     again."""
     log = cost_log(target, drafter, batch_size, context, sampled)
-    if not log.plain_chosen[sampled]:
+    if not log.plain_chosen:
         return False
-    log.plain_calls[sampled] += 1
-    plain = log.plain_calls[sampled] < log.recheck_every[sampled]
+    log.plain_calls += 1
+    plain = log.plain_calls < log.recheck_every
     if not plain:
-        log.plain_calls[sampled] = 0
+        log.plain_calls = 0
     log.save()
     return plain
 
@@ -458,6 +481,7 @@ __all__ = [
     "RoundCosts",
     "CostLog",
     "cost_log",
+    "costs_at_rows",
     "costs_key",
     "costs_file",
     "costs_root",

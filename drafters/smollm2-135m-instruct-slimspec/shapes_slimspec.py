@@ -28,13 +28,14 @@ tokens per second, B · E / T, is used; plain decoding when none beats it.
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
 
+import functools
 import time
 import weakref
 from dataclasses import dataclass, field
 
 import torch
 
-from .costs_slimspec import ACCEPTANCE_MODES, CostLog, LookupRate, RoundCosts, cost_log, lookup_rate
+from .costs_slimspec import ACCEPTANCE_MODES, CostLog, LookupRate, RoundCosts, cost_log, costs_at_rows, lookup_rate
 
 
 @dataclass(frozen=True)
@@ -76,18 +77,19 @@ class DraftShape:
 TREE_SIZES = (*range(2, 9), 10, 12, 15, 16, 20, 24, 31, 32, 40, 48, 63, 64, 96, 127, 128)
 
 
+@functools.lru_cache(maxsize=64)
 def candidate_shapes(
     max_size: int, max_depth: int = 8, top_ks: tuple[int, ...] = (2, 4, 8), lookup: bool = False
-) -> list[DraftShape]:
+) -> tuple[DraftShape, ...]:
     """Plain decoding, chains of 1..`max_depth`, and trees of every depth up to `max_depth` with `top_k` children
     and the `TREE_SIZES` up to `max_size` nodes (at least one node per level); with `lookup`, each drafting shape
-    also with prompt lookup."""
+    also with prompt lookup. Built once per arguments (a choice every few rounds reads a thousand of them)."""
     shapes = [DraftShape(k, k, 1) for k in range(1, min(max_depth, max_size) + 1)]
     for top_k in top_ks:
         for depth in range(1, max_depth + 1):
             shapes += [DraftShape(size, depth, top_k) for size in TREE_SIZES if depth <= size <= max_size]
     with_lookup = [DraftShape(s.size, s.depth, s.top_k, lookup=True) for s in shapes] if lookup else []
-    return [DraftShape(), *shapes, *with_lookup]
+    return (DraftShape(), *shapes, *with_lookup)
 
 
 @dataclass
@@ -350,7 +352,11 @@ class ShapeTuner:
     next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
     drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
     drifting acceptance (long answers, code after chat) moves the choice. While plain decoding is chosen, a round
-    drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured."""
+    drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
+
+    Once rows of a batch have finished, the rounds over the rows left (fewer, so verifying a wider draft costs
+    less) are timed in the log of their own row count (`log_for`) and shaped from the costs at that count
+    (`costs_at_rows`: between the batch sizes measured, with that count's own rounds where timed)."""
 
     def __init__(
         self,
@@ -361,8 +367,13 @@ class ShapeTuner:
         every: int = 8,
         top_ks: tuple[int, ...] = (2, 4, 8),
         lookup: LookupRate | None = None,
+        log_for=None,
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
+        # the log of rounds over fewer rows (`cost_log` at that batch size; here by default: not kept)
+        self.log_for = log_for or functools.lru_cache(maxsize=None)(lambda rows: CostLog(rows))
+        self.partial: dict[int, ShapeChoice] = {}  # rows left -> the shape chosen for them, re-chosen every `every`
+        self.timed_rows: set[int] = set()  # the row counts below the batch whose rounds were timed (kept by `save`)
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
         self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
@@ -374,7 +385,7 @@ class ShapeTuner:
         self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
-        self.explore = log.plain_chosen[acceptance.draws]
+        self.explore = log.plain_chosen
 
     @property
     def calibration(self) -> float:
@@ -382,9 +393,11 @@ class ShapeTuner:
         predicted tokens."""
         return (self.accepted + CALIBRATION_PRIOR) / (self.predicted + CALIBRATION_PRIOR)
 
-    def next_shape(self) -> DraftShape:
-        """The shape of the coming round (`probing`: whether it is a probe)."""
+    def next_shape(self, rows: int | None = None) -> DraftShape:
+        """The shape of the coming round over `rows` rows (default the batch; `probing`: whether it is a probe)."""
         self.probing = False
+        if rows is not None and rows < self.log.batch_size and self.choice is not None:
+            return self.fewer_rows(rows)
         if len(self.log.verify.get(1, ())) < TIMED_ROUNDS:
             return DraftShape()
         if self.probes:
@@ -406,9 +419,9 @@ class ShapeTuner:
                     self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
                 )
                 self.shape = self.choice.shape
-                self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+                self.log.plain_chosen = self.shape.is_plain
                 # a re-check's first choice only (a drafting choice after exploring resets the wait again)
-                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.explore)
+                self.log.rechecked(self.shape.is_plain, again=self.explore)
                 if not self.shape.is_plain:
                     self.explore_after = EXPLORE_AFTER
                 elif self.explore:
@@ -422,6 +435,22 @@ class ShapeTuner:
                 self.plain_rounds, self.explore_after = 0, 2 * self.explore_after
                 return self.best_drafting()
         return self.shape
+
+    def fewer_rows(self, rows: int) -> DraftShape:
+        """The shape for a round over the `rows` rows left of the batch: chosen from the costs at that row count
+        (`costs_at_rows`, from the logs of the batch sizes measured) and again every `every` rounds."""
+        if rows not in self.partial or self.rounds % self.every == 0:
+            logs = [self.log_for(r) for r in range(1, self.log.batch_size)] + [self.log]
+            costs = costs_at_rows(rows, logs)
+            if costs is None:
+                return self.shape
+            candidates = candidate_shapes(
+                len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks, bool(self.lookup)
+            )
+            self.partial[rows] = choose_shape(
+                candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
+            )
+        return self.partial[rows].shape
 
     def best_drafting(self) -> DraftShape:
         """The drafting shape the last choice predicted fastest (plain where it predicted none)."""
@@ -448,18 +477,21 @@ class ShapeTuner:
         draft_steps: list,
         accepted: float | None,
         width: int | None = None,
-        timed: bool = True,
+        rows: int | None = None,
     ) -> None:
-        """One round of `shape`: its verification time (of `width` tokens per row, default the shape's), its drafter
-        steps as (nodes per row, seconds), and the drafted tokens the target accepted (per row the drafter drafted;
-        None: lookup drafted every row alone). `timed=False`: a round whose costs are not the batch size's (rows
-        have finished): only its acceptance counts."""
+        """One round of `shape` over `rows` rows (default the batch): its verification time (of `width` tokens per
+        row, default the shape's), its drafter steps as (nodes per row, seconds), and the drafted tokens the target
+        accepted (per row the drafter drafted; None: lookup drafted every row alone). A round over fewer rows than
+        the batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
         self.rounds += 1
-        if timed:
-            self.log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
-            for nodes, seconds in draft_steps:
-                self.log.add_draft(max(1, round(nodes)), seconds)
-        if timed and self.probes and shape.size == self.probes[0]:
+        full = rows is None or rows == self.log.batch_size
+        log = self.log if full else self.log_for(rows)
+        log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
+        for nodes, seconds in draft_steps:
+            log.add_draft(max(1, round(nodes)), seconds)
+        if not full:
+            self.timed_rows.add(rows)
+        if full and self.probes and shape.size == self.probes[0]:
             self.retry = self.probes.pop(0)
         if not shape.is_plain and accepted is not None:
             self.predicted += expected_tokens(shape, self.acceptance) - 1.0
@@ -503,7 +535,8 @@ def round_timer(settings, target, drafter, shape, batch_size: int, context: int,
     start = DraftShape(shape.size, shape.depth, shape.top_k)
     lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
     log = cost_log(target, drafter, batch_size, context, sampled)
-    tuner = ShapeTuner(log, depth_acceptance(drafter, sampled), start, lookup=lookup)
+    log_for = functools.partial(cost_log, target, drafter, context=context, sampled=sampled)
+    tuner = ShapeTuner(log, depth_acceptance(drafter, sampled), start, lookup=lookup, log_for=log_for)
     return RoundTimer(tuner, target.device, type(shape))
 
 
@@ -526,9 +559,10 @@ class RoundTimer:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def start(self, threshold: float):
-        """Marks a round's start; returns its shape (a `tree_shape` with the call's confidence `threshold`)."""
-        self.shape = self.tuner.next_shape()
+    def start(self, threshold: float, rows: int | None = None):
+        """Marks the start of a round over `rows` rows (default the batch); returns its shape (a `tree_shape` with
+        the call's confidence `threshold`)."""
+        self.shape = self.tuner.next_shape(rows)
         # a probe measures its own width, without lookup (its shapes have none): lookup's drafts would widen it
         self.lookup_allowed = self.shape.lookup and not self.tuner.probing
         self.started = self.committed = self.drafted = self.now()
@@ -591,9 +625,9 @@ class RoundTimer:
                 added = 0 if grafted is None else sum(node >= grafted for node in tree.kept)
                 self.tuner.lookup.add_graft(len(walked.path) - own, added)
         mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
-        # a round with fewer rows than the batch (rows that finished) costs less: its times are not this batch size's
+        # a round with fewer rows than the batch (rows that finished) costs less: its times are its row count's
         full = len(trees) == self.tuner.log.batch_size
-        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, timed=full)
+        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, rows=len(trees))
         if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
             self.tokens += tokens
             self.seconds += end - self.started
@@ -601,9 +635,11 @@ class RoundTimer:
 
     def save(self) -> None:
         """Counts the call's last lookup drafts; keeps the costs measured so far for the next process
-        (`CostLog.save`)."""
+        (`CostLog.save`), the batch's and those of the fewer rows its last rounds decoded."""
         self.settle(final=True)
         self.tuner.log.save()
+        for rows in sorted(self.tuner.timed_rows):
+            self.tuner.log_for(rows).save()
 
     def report(self) -> dict:
         """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one (over its

@@ -36,7 +36,7 @@ class LowRankHead(nn.Module):
         return self.down.out_features
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.up(self.down(hidden_states))
+        return head_logits(self.down(hidden_states), self.up.weight)
 
     def merged_weight(self) -> torch.Tensor:
         """The dense V×d matrix W_up·W_down (computed in fp32)."""
@@ -77,35 +77,70 @@ def store_column_major(weight: nn.Parameter) -> None:
 
 
 LAYOUT_ROWS = (1, 4)  # a draft step scores one row (a chain's, a tree's root) or a few (a tree level, a batch)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+WEIGHT_GROUP = 16  # weight rows side by side in one row's grouped product (`weight_first`)
+
+
+def head_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`F.linear(hidden, weight)`: (..., in) -> (..., out); with the weight first where `fit_layout` found that
+    faster here (`weight_first`, its group of rows fitted too)."""
+    if getattr(weight, "_weight_first", None) != weight.dtype or weight.device.type != "cpu":
+        return F.linear(hidden, weight)
+    return weight_first(hidden, weight, weight._weight_group)
+
+
+def weight_first(hidden: torch.Tensor, weight: torch.Tensor, group: int = 1) -> torch.Tensor:
+    """`F.linear(hidden, weight)` with the weight first: `weight @ hidden.T` over several rows; one row a
+    matrix-vector product, or with `group` > 1 (out % group = 0) one matmul over the row-major weight viewed as
+    out/group rows of `group` weight rows side by side, against `group` copies of the row on a block diagonal: a
+    rank-80 factor's rows are 80 numbers, too short for a vector kernel to stream them at memory speed; grouped they
+    are 1,280 (the same products and sums, group-fold multiply-adds by zero that the matmul kernel absorbs)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    if flat.shape[0] > 1:
+        out = (weight @ flat.T).T.contiguous()
+    elif group > 1:
+        blocks = torch.block_diag(*[flat[0, :, None]] * group)  # (group · in, group)
+        out = (weight.view(-1, group * weight.shape[1]) @ blocks).reshape(1, -1)
+    else:
+        out = torch.mv(weight, flat[0])[None]
+    return out.reshape(*hidden.shape[:-1], weight.shape[0])
 
 
 @torch.no_grad()
 def fit_layout(weight: nn.Parameter, repeats: int = 5) -> None:
-    """Keeps a head's (out×in) weight in the memory order, column- or row-major, in which `F.linear` runs faster on
-    this CPU for `LAYOUT_ROWS` rows, timed once per dtype (the same values, name and checkpoint). Column-major is
-    faster in fp32 (`store_column_major`); in bf16 on a Xeon with AMX, row-major is 1.5× faster at one row for a
-    262,144-row head (oneDNN's bf16 kernels; docs/results.md). Not timed on accelerators, nor while training."""
+    """Keeps a head's (out×in) weight in the memory order and kernel that run fastest on this CPU over `LAYOUT_ROWS`
+    rows, timed once per dtype (the same values, name and checkpoint): `F.linear` over the column-major weight
+    (fastest in fp32: `store_column_major`) or the row-major one, and in half precision the weight first
+    (`head_logits`): on a Xeon with AMX, oneDNN's bf16 `F.linear` at one row runs a 262,144-row head at 43 ms and
+    its rank-80 factor at 6.3, a bf16 matrix-vector product at 28.6 and 2.9 (docs/results.md). Not timed on
+    accelerators, nor while training."""
     if weight.device.type != "cpu" or weight.dim() != 2 or getattr(weight, "_fitted_layout", None) == weight.dtype:
         return
     data = weight.data  # one copy at most: the order it is not already in
     column = data if data.stride() == (1, data.shape[0]) else data.t().contiguous().t()
-    layouts = (column, data.contiguous())  # column-major first: the default
+    row = data.contiguous()
+    kernels = [(column, F.linear, 0), (row, F.linear, 0)]  # column-major first: the default
+    if data.dtype in HALF_DTYPES:
+        groups = (1, WEIGHT_GROUP) if data.shape[0] % WEIGHT_GROUP == 0 else (1,)
+        kernels += [(row, weight_first, group) for group in groups]
 
-    def seconds(w: torch.Tensor) -> float:
+    def seconds(w: torch.Tensor, kernel, group: int) -> float:
         total = 0.0
         for rows in LAYOUT_ROWS:
             x = torch.ones(rows, w.shape[1], dtype=w.dtype)
-            F.linear(x, w)  # warm-up
+            args = (x, w, group) if group else (x, w)
+            kernel(*args)  # warm-up
             runs = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                F.linear(x, w)
+                kernel(*args)
                 runs.append(time.perf_counter() - start)
             total += sorted(runs)[len(runs) // 2]  # the median: one call in a few runs far slower or faster
         return total
 
-    times = [seconds(w) for w in layouts]
-    weight.data = layouts[min(range(len(layouts)), key=times.__getitem__)]
+    times = [seconds(*way) for way in kernels]
+    weight.data, kernel, weight._weight_group = kernels[min(range(len(kernels)), key=times.__getitem__)]
+    weight._weight_first = weight.dtype if kernel is weight_first else None
     weight._fitted_layout = weight.dtype
 
 
@@ -131,6 +166,9 @@ class FullHead(nn.Linear):
     def __init__(self, hidden_size: int, vocab_size: int):
         super().__init__(hidden_size, vocab_size, bias=False)
         self.store_column_major()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return head_logits(hidden_states, self.weight)
 
     def store_column_major(self) -> None:
         store_column_major(self.weight)
@@ -175,7 +213,7 @@ class TrimmedHead(nn.Module):
 
     def compact_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Logits over the K kept tokens only (..., K)."""
-        return F.linear(hidden_states, self.weight)
+        return head_logits(hidden_states, self.weight)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if not self.has_token_set:
@@ -251,4 +289,5 @@ __all__ = [
     "low_rank_factors",
     "store_column_major",
     "fit_layout",
+    "head_logits",
 ]

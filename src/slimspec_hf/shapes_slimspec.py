@@ -385,7 +385,7 @@ class ShapeTuner:
         self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
-        self.explore = log.plain_chosen[acceptance.draws]
+        self.explore = log.plain_chosen
 
     @property
     def calibration(self) -> float:
@@ -419,9 +419,9 @@ class ShapeTuner:
                     self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
                 )
                 self.shape = self.choice.shape
-                self.log.plain_chosen[self.acceptance.draws] = self.shape.is_plain
+                self.log.plain_chosen = self.shape.is_plain
                 # a re-check's first choice only (a drafting choice after exploring resets the wait again)
-                self.log.rechecked(self.acceptance.draws, self.shape.is_plain, again=self.explore)
+                self.log.rechecked(self.shape.is_plain, again=self.explore)
                 if not self.shape.is_plain:
                     self.explore_after = EXPLORE_AFTER
                 elif self.explore:

@@ -107,7 +107,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "self.explore = log.plain_chosen[acceptance.draws]",
+                "self.explore = log.plain_chosen",
                 "self.explore = False",
             ),
         ),
@@ -118,19 +118,15 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "min(2 * self.recheck_every[sampled], RECHECK_MOST)",
-                "self.recheck_every[sampled]",
+                "min(2 * self.recheck_every, RECHECK_MOST)",
+                "self.recheck_every",
             ),
         ),
         tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
     ),
     Mutant(
         name="auto shapes: a choice that drafts leaves the re-check wait as long as it grew",
-        edits=(
-            Edit(
-                "costs_slimspec.py", "            self.recheck_every[sampled] = RECHECK_EVERY\n", "            pass\n"
-            ),
-        ),
+        edits=(Edit("costs_slimspec.py", "            self.recheck_every = RECHECK_EVERY\n", "            pass\n"),),
         tests=("tests/test_shapes_slimspec.py::test_rechecks_grow_rarer_while_they_keep_choosing_plain",),
     ),
     Mutant(

@@ -279,11 +279,38 @@ MUTANTS = [
         edits=(
             Edit(
                 "heads_slimspec.py",
-                "weight.data = layouts[min(range(len(layouts)), key=times.__getitem__)]",
-                "weight.data = layouts[0]",
+                "weight.data, kernel, weight._weight_group = kernels[min(range(len(kernels)), key=times.__getitem__)]",
+                "weight.data, kernel, weight._weight_group = kernels[0]",
             ),
         ),
         tests=("tests/test_heads_slimspec.py::test_a_heads_weight_is_kept_in_the_layout_that_runs_faster_here[row]",),
+    ),
+    Mutant(
+        name="head kernel: a half-precision head never runs with the weight first",
+        edits=(Edit("heads_slimspec.py", "    if data.dtype in HALF_DTYPES:\n", "    if False:\n"),),
+        tests=(
+            "tests/test_heads_slimspec.py::test_a_half_precision_head_runs_with_the_weight_first_where_that_is_faster_here[True]",
+        ),
+    ),
+    Mutant(
+        name="head kernel: the weight-first kernel is chosen but the head runs F.linear",
+        edits=(
+            Edit(
+                "heads_slimspec.py",
+                "    return weight_first(hidden, weight, weight._weight_group)",
+                "    return F.linear(hidden, weight)",
+            ),
+        ),
+        tests=(
+            "tests/test_heads_slimspec.py::test_a_half_precision_head_runs_with_the_weight_first_where_that_is_faster_here[True]",
+        ),
+    ),
+    Mutant(
+        name="head kernel: one row's grouped product pairs the weight's rows with the wrong logits",
+        edits=(Edit("heads_slimspec.py", "@ blocks).reshape(1, -1)", "@ blocks).t().reshape(1, -1)"),),
+        tests=(
+            "tests/test_heads_slimspec.py::test_a_half_precision_head_runs_with_the_weight_first_where_that_is_faster_here[True]",
+        ),
     ),
     Mutant(
         name="head layout: a training drafter's weight is re-laid out under the optimiser",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..heads_slimspec import fit_layout
+from ..heads_slimspec import FullHead, fit_layout
 from .timing import median_times
 
 
@@ -231,7 +231,8 @@ def measure_round_costs(
         drafter(input_ids=step_token, hidden_states=step_state, cache=cache, use_cache=True, logits_to_keep=-1)
         cache.crop(context_length)
 
-    full = dense_head(cfg.hidden_size, vocab, dtype=dtype, device=device)
+    full = FullHead(cfg.hidden_size, vocab).to(device=device, dtype=dtype).eval()  # the drafter's kernels, random
+    nn.init.normal_(full.weight, std=0.02)
     x = torch.randn(1, 1, cfg.hidden_size, generator=generator).to(device, dtype)
     head = drafter.lm_head
     fit_layout(full.weight)  # both heads in the memory order they decode in here (`attach_target` fits the drafter's)
