@@ -100,6 +100,10 @@ def test_a_half_precision_head_runs_with_the_weight_first_where_that_is_faster_h
     assert len(calls) == (2 if faster else 0)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and torch.allclose(g, e, rtol=2e-2, atol=2e-2)
+    head.float()  # another dtype: F.linear until timed again
+    calls.clear()
+    assert torch.allclose(head(hidden.float()), linear(linear(hidden.float(), head.down.weight), head.up.weight))
+    assert not calls
     head32 = LowRankHead(32, 96, 8).eval()
     head32.fit_layout()
     assert head32.up.weight._weight_first is None  # fp32: column- or row-major F.linear only

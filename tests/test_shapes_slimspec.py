@@ -164,13 +164,14 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
         logs[4].add_verify(n, 0.050 + 0.005 * n)  # gentle at four
         logs[8].add_verify(n, 0.080 * n)  # steep at eight
     for rows in (1, 4, 8):
-        for w in range(1, 9):
+        for w in range(1, 9 if rows > 1 else 2):  # one row measured the drafter's one-node step only
             logs[rows].add_draft(w, 0.001 * rows)
     logs[8].add_verify(1, 0.080)  # two plain rounds timed: the batch's choice is made
     costs = costs_at_rows(2, list(logs.values()))
     plain = 0.040 + (0.055 - 0.040) / 3
     assert costs.batch_size == 2 and costs.verify_time(1) == pytest.approx(plain)
     assert costs.verify_time(5) == pytest.approx(plain * 0.075 / 0.055) and costs.draft_time(3) == pytest.approx(0.002)
+    assert len(costs.draft) == 8  # the drafter's steps as wide as either side measured them
 
     tuner = ShapeTuner(logs[8], acceptance, start=DraftShape(4, 1, 4), log_for=logs.__getitem__)
     tuner.probes.clear()
@@ -182,6 +183,7 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
     logs[2].add_verify(shape.size + 1, 1.0)  # timed at 2 rows: a second per round, whatever the curves say
     timed = costs_at_rows(2, list(logs.values()))
     assert timed.verify_time(shape.size + 1) > 2 * costs.verify_time(shape.size + 1)
+    assert timed.verify_time(1) > 2 * costs.verify_time(1)  # the curve scaled to the level its own rounds ran at
 
 
 def test_a_flat_verification_curve_picks_a_large_tree():
@@ -593,7 +595,11 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatc
         path.write_text(text, encoding="utf-8")  # unreadable, another key's, incomplete: nothing is loaded
         log = costs_slimspec.CostLog(1, path=path, key=key).load()
         assert not log.verify and not log.draft
+    choices = {"chooser": "", "greedy": {"plain": True, "calls": 3, "every": 16}, "sampled": {"plain": False}}
     stored = {"format": 1, "key": key, "verify": {"1": [0.1, -1.0, float("nan")], "0": [0.2]}, "draft": {"1": [0.01]}}
+    path.write_text(json.dumps({**stored, "choices": choices}), encoding="utf-8")
+    log = costs_slimspec.CostLog(1, path=path, key=key).load()  # format 1: the choices of this file's mode
+    assert log.plain_chosen and log.plain_calls == 3 and log.recheck_every == 16
     path.write_text(json.dumps(stored), encoding="utf-8")
     log = costs_slimspec.CostLog(1, path=path, key=key).load()
     assert log.verify == {1: [0.1]} and log.draft == {1: [0.01]}  # impossible values dropped

@@ -116,7 +116,7 @@ class CostLog:
             }
             choices = stored.get("choices") or {}
             if stored["format"] == 1:  # the choices of both modes in every file: this file's mode's
-                choices = {**(choices.get(self.key["mode"]) or {}), "chooser": choices.get("chooser")}
+                choices = {**(choices.get((self.key or {}).get("mode")) or {}), "chooser": choices.get("chooser")}
             plain = None
             if choices.get("chooser") == self.chooser and "plain" in choices:
                 plain = bool(choices["plain"]), int(choices["calls"]), int(choices["every"])
@@ -243,7 +243,8 @@ def costs_at_rows(rows: int, logs: list[CostLog]) -> RoundCosts | None:
     batch sizes measured below and above; a wider round's grows from it as it does at the size above (wider rounds
     over fewer rows cost relatively less, but by how much is not linear in the rows: the size above's growth is the
     cautious guess), the drafter's steps linear in the rows. Where rounds over `rows` rows were timed themselves (its
-    log among `logs`), their own medians stand. None where no log has costs."""
+    log among `logs`), the curve is scaled to their level (the median ratio over the widths timed: they ran late in
+    their calls, over longer caches) and their own medians stand. None where no log has costs."""
     measured = {log.batch_size: costs for log in logs if (costs := log.costs()) is not None}
     own = next((log for log in logs if log.batch_size == rows), None)
     lower = max((b for b in measured if b < rows), default=None)
@@ -253,10 +254,16 @@ def costs_at_rows(rows: int, logs: list[CostLog]) -> RoundCosts | None:
     low, high = measured[lower if lower is not None else upper], measured[upper if upper is not None else lower]
     share = (rows - lower) / (upper - lower) if lower is not None and upper is not None else 0.0
     plain = low.verify[0] + share * (high.verify[0] - low.verify[0])
-    verify = {w: [plain * t / high.verify[0]] for w, t in enumerate(high.verify, start=1)}
-    draft = {w: [x + share * (y - x)] for w, (x, y) in enumerate(zip(low.draft, high.draft), start=1)}
+    verify = {w: plain * t / high.verify[0] for w, t in enumerate(high.verify, start=1)}
+    draft = {
+        w: [low.draft_time(w) + share * (high.draft_time(w) - low.draft_time(w))]
+        for w in range(1, max(len(low.draft), len(high.draft)) + 1)
+    }
+    timed = {w: times for w, times in (own.verify.items() if own is not None else ()) if times}
+    ratios = [CostLog.lower_median(times) / verify[w] for w, times in timed.items() if w in verify]
+    scale = statistics.median(ratios) if ratios else 1.0
+    verify = {**{w: [t * scale] for w, t in verify.items()}, **timed}
     if own is not None:
-        verify.update({w: times for w, times in own.verify.items() if times})
         draft.update({w: times for w, times in own.draft.items() if times})
     return RoundCosts(rows, CostLog.curve(verify), CostLog.curve(draft))
 

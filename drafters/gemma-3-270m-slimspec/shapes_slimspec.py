@@ -370,8 +370,8 @@ class ShapeTuner:
         log_for=None,
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
-        # the log of rounds over fewer rows (`cost_log` at that batch size; here by default: not kept)
-        self.log_for = log_for or functools.lru_cache(maxsize=None)(lambda rows: CostLog(rows))
+        # the log of rounds over fewer rows (`cost_log` at that batch size; by default one not kept), looked up once
+        self.log_for = functools.lru_cache(maxsize=None)(log_for or CostLog)
         self.partial: dict[int, ShapeChoice] = {}  # rows left -> the shape chosen for them, re-chosen every `every`
         self.timed_rows: set[int] = set()  # the row counts below the batch whose rounds were timed (kept by `save`)
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
@@ -600,7 +600,7 @@ class RoundTimer:
     def end(self, trees: list, accepted: list, tokens: int) -> None:
         """Marks the round's end: every active row's draft (`trees`) and acceptance walk (`accepted`: `.path`),
         `tokens` appended over all rows (the loop counts each row's acceptance by depth: `record_depths`). Costs are
-        logged from rounds of the whole batch only."""
+        logged at the round's row count; the call's measured speed-up counts rounds of the whole batch only."""
         end = self.now()
         width = max(len(tree.kept) + 1 for tree in trees)  # tokens verified per row
         drafted = any(tree.source in ("drafter", "drafter+lookup") for tree in trees)  # the drafter ran this round

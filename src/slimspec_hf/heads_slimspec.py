@@ -74,6 +74,7 @@ def store_column_major(weight: nn.Parameter) -> None:
     """
     if weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):
         weight.data = weight.data.t().contiguous().t()
+        weight._fitted_layout = weight._weight_first = None  # timed again (`fit_layout`) in this order
 
 
 LAYOUT_ROWS = (1, 4)  # a draft step scores one row (a chain's, a tree's root) or a few (a tree level, a batch)
@@ -96,7 +97,7 @@ def weight_first(hidden: torch.Tensor, weight: torch.Tensor, group: int = 1) -> 
     rank-80 factor's rows are 80 numbers, too short for a vector kernel to stream them at memory speed; grouped they
     are 1,280 (the same products and sums, group-fold multiply-adds by zero that the matmul kernel absorbs)."""
     flat = hidden.reshape(-1, hidden.shape[-1])
-    if flat.shape[0] > 1:
+    if flat.shape[0] != 1:
         out = (weight @ flat.T).T.contiguous()
     elif group > 1:
         blocks = torch.block_diag(*[flat[0, :, None]] * group)  # (group · in, group)
@@ -111,9 +112,9 @@ def fit_layout(weight: nn.Parameter, repeats: int = 5) -> None:
     """Keeps a head's (out×in) weight in the memory order and kernel that run fastest on this CPU over `LAYOUT_ROWS`
     rows, timed once per dtype (the same values, name and checkpoint): `F.linear` over the column-major weight
     (fastest in fp32: `store_column_major`) or the row-major one, and in half precision the weight first
-    (`head_logits`): on a Xeon with AMX, oneDNN's bf16 `F.linear` at one row runs a 262,144-row head at 43 ms and
-    its rank-80 factor at 6.3, a bf16 matrix-vector product at 28.6 and 2.9 (docs/results.md). Not timed on
-    accelerators, nor while training."""
+    (`head_logits`): on a Xeon with AMX, one row, cache cold, oneDNN's bf16 `F.linear` runs a 262,144 × 640 head in
+    42.8 ms and its rank-80 factor in 8.3, a matrix-vector product in 27.5 and 5.6, 16 rows grouped in 23.7 and 4.1
+    (docs/results.md). Not timed on accelerators, nor while training."""
     if weight.device.type != "cpu" or weight.dim() != 2 or getattr(weight, "_fitted_layout", None) == weight.dtype:
         return
     data = weight.data  # one copy at most: the order it is not already in
@@ -163,8 +164,8 @@ def low_rank_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, tor
 class FullHead(nn.Linear):
     """The usual dense V×d head, trained with the drafter."""
 
-    def __init__(self, hidden_size: int, vocab_size: int):
-        super().__init__(hidden_size, vocab_size, bias=False)
+    def __init__(self, hidden_size: int, vocab_size: int, **factory):
+        super().__init__(hidden_size, vocab_size, bias=False, **factory)  # factory: device, dtype
         self.store_column_major()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

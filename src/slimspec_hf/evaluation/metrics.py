@@ -231,7 +231,7 @@ def measure_round_costs(
         drafter(input_ids=step_token, hidden_states=step_state, cache=cache, use_cache=True, logits_to_keep=-1)
         cache.crop(context_length)
 
-    full = FullHead(cfg.hidden_size, vocab).to(device=device, dtype=dtype).eval()  # the drafter's kernels, random
+    full = FullHead(cfg.hidden_size, vocab, device=device, dtype=dtype).eval()  # the drafter's kernels, random
     nn.init.normal_(full.weight, std=0.02)
     x = torch.randn(1, 1, cfg.hidden_size, generator=generator).to(device, dtype)
     head = drafter.lm_head
