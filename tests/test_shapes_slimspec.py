@@ -147,7 +147,8 @@ def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
         timer.mark_drafted()
         timer.end([tree] * rows, [SimpleNamespace(path=[0])] * rows, tokens=2 * rows)
     assert tuner.log.verify == {2: [pytest.approx(0.19)]} and tuner.log.draft == {1: [pytest.approx(0.01)]}
-    assert tuner.log_for(2).verify == {2: [pytest.approx(0.07)]} and tuner.log_for(2).draft == {1: [0.01]}
+    left = tuner.log_for(2, left_of=4)  # kept apart from calls of 2 prompts, whose rounds run otherwise
+    assert left.verify == {2: [pytest.approx(0.07)]} and left.draft == {1: [0.01]} and not tuner.log_for(2).verify
     assert timer.tokens == 8 and timer.seconds == pytest.approx(0.20) and tuner.accepted == 2.0
 
 
@@ -173,15 +174,20 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
     assert costs.verify_time(5) == pytest.approx(plain * 0.075 / 0.055) and costs.draft_time(3) == pytest.approx(0.002)
     assert len(costs.draft) == 8  # the drafter's steps as wide as either side measured them
 
-    tuner = ShapeTuner(logs[8], acceptance, start=DraftShape(4, 1, 4), log_for=logs.__getitem__)
+    left = CostLog(batch_size=2)  # the 2 rows left of a batch of 8
+
+    def log_for(rows, left_of=0):
+        return left if left_of else logs[rows]
+
+    tuner = ShapeTuner(logs[8], acceptance, start=DraftShape(4, 1, 4), log_for=log_for)
     tuner.probes.clear()
     assert tuner.next_shape(8).is_plain and tuner.choice.shape.is_plain
     shape = tuner.next_shape(2)
     assert not shape.is_plain and tuner.partial[2].speedup > 1.1, tuner.partial[2]
     assert tuner.next_shape(8).is_plain  # the whole batch's choice stands
 
-    logs[2].add_verify(shape.size + 1, 1.0)  # timed at 2 rows: a second per round, whatever the curves say
-    timed = costs_at_rows(2, list(logs.values()))
+    left.add_verify(shape.size + 1, 1.0)  # timed over the 2 rows left: a second per round, whatever the curves say
+    timed = costs_at_rows(2, list(logs.values()), left)
     assert timed.verify_time(shape.size + 1) > 2 * costs.verify_time(shape.size + 1)
     assert timed.verify_time(1) > 2 * costs.verify_time(1)  # the curve scaled to the level its own rounds ran at
 

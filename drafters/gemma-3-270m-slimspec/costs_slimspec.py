@@ -237,16 +237,15 @@ class CostLog:
         return math.sqrt(2) * 1.25 * 1.4826 * mad / median / math.sqrt(len(times))
 
 
-def costs_at_rows(rows: int, logs: list[CostLog]) -> RoundCosts | None:
+def costs_at_rows(rows: int, logs: list[CostLog], own: CostLog | None = None) -> RoundCosts | None:
     """The costs of rounds over `rows` rows, from `logs` at other batch sizes (a batch whose first rows have
     finished decodes its last rounds over fewer rows). A plain round's cost is linear in the rows between the nearest
     batch sizes measured below and above; a wider round's grows from it as it does at the size above (wider rounds
     over fewer rows cost relatively less, but by how much is not linear in the rows: the size above's growth is the
-    cautious guess), the drafter's steps linear in the rows. Where rounds over `rows` rows were timed themselves (its
-    log among `logs`), the curve is scaled to their level (the median ratio over the widths timed: they ran late in
-    their calls, over longer caches) and their own medians stand. None where no log has costs."""
+    cautious guess), the drafter's steps linear in the rows. Where rounds over the rows left were timed themselves
+    (`own`), the curve is scaled to their level (the median ratio over the widths timed: they ran late in their
+    calls, over longer caches) and their own medians stand. None where no log has costs."""
     measured = {log.batch_size: costs for log in logs if (costs := log.costs()) is not None}
-    own = next((log for log in logs if log.batch_size == rows), None)
     lower = max((b for b in measured if b < rows), default=None)
     upper = min((b for b in measured if b > rows), default=None)
     if lower is None and upper is None:
@@ -321,12 +320,14 @@ def context_bucket(tokens: int) -> int:
     return max(CONTEXT_BUCKET_MIN, 1 << (max(int(tokens), 1) - 1).bit_length())
 
 
-def costs_key(target, drafter, batch_size: int, context: int, sampled: bool = False) -> dict:
+def costs_key(target, drafter, batch_size: int, context: int, sampled: bool = False, left_of: int = 0) -> dict:
     """What a measured cost curve holds for: the two models' architectures and dtypes, the processor, the threads
     (on a CPU), the batch size, the prompt length's bucket (`context_bucket` of `context` tokens) and the mode
     (greedy or `sampled`: a sampled round also draws the drafts and tests them against the target's distribution,
-    which costs more per node verified)."""
+    which costs more per node verified); with `left_of`, the rounds over `batch_size` rows left of a batch of
+    `left_of` (late in their calls, over padded caches: kept apart from calls of `batch_size` prompts)."""
     return {
+        **({"left_of": left_of} if left_of else {}),
         "target": architecture(target),
         "drafter": architecture(drafter),
         "dtype": f"{target.dtype}/{drafter.dtype}",
@@ -355,11 +356,11 @@ def drafter_name(drafter) -> str:
     return name
 
 
-def cost_log(target, drafter, batch_size: int, context: int, sampled: bool = False) -> CostLog:
+def cost_log(target, drafter, batch_size: int, context: int, sampled: bool = False, left_of: int = 0) -> CostLog:
     """The costs measured for `target` with `drafter` at `batch_size` rows of prompts `context` tokens long (their
-    bucket; on their device, in their dtypes), greedy or `sampled`, by this process and, where they are kept
-    (`costs_file`), by earlier ones on this machine."""
-    key = costs_key(target, drafter, batch_size, context, sampled)
+    bucket; on their device, in their dtypes), greedy or `sampled` (`left_of`: the rows left of a larger batch), by
+    this process and, where they are kept (`costs_file`), by earlier ones on this machine."""
+    key = costs_key(target, drafter, batch_size, context, sampled, left_of)
     logs = _COSTS.setdefault(target, {})
     chooser = drafter_name(drafter)
     name = (json.dumps(key, sort_keys=True), chooser)

@@ -370,8 +370,9 @@ class ShapeTuner:
         log_for=None,
     ):
         self.log, self.acceptance, self.every, self.top_ks = log, acceptance, every, top_ks
-        # the log of rounds over fewer rows (`cost_log` at that batch size; by default one not kept), looked up once
-        self.log_for = functools.lru_cache(maxsize=None)(log_for or CostLog)
+        # (rows, left_of=0) -> the log of that batch size, or of the rows left of a batch of `left_of` (`cost_log`;
+        # by default one not kept), looked up once
+        self.log_for = functools.lru_cache(maxsize=None)(log_for or (lambda rows, left_of=0: CostLog(rows)))
         self.partial: dict[int, ShapeChoice] = {}  # rows left -> the shape chosen for them, re-chosen every `every`
         self.timed_rows: set[int] = set()  # the row counts below the batch whose rounds were timed (kept by `save`)
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
@@ -441,7 +442,7 @@ class ShapeTuner:
         (`costs_at_rows`, from the logs of the batch sizes measured) and again every `every` rounds."""
         if rows not in self.partial or self.rounds % self.every == 0:
             logs = [self.log_for(r) for r in range(1, self.log.batch_size)] + [self.log]
-            costs = costs_at_rows(rows, logs)
+            costs = costs_at_rows(rows, logs, self.log_for(rows, left_of=self.log.batch_size))
             if costs is None:
                 return self.shape
             candidates = candidate_shapes(
@@ -485,7 +486,7 @@ class ShapeTuner:
         the batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
         self.rounds += 1
         full = rows is None or rows == self.log.batch_size
-        log = self.log if full else self.log_for(rows)
+        log = self.log if full else self.log_for(rows, left_of=self.log.batch_size)
         log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
         for nodes, seconds in draft_steps:
             log.add_draft(max(1, round(nodes)), seconds)
@@ -639,7 +640,7 @@ class RoundTimer:
         self.settle(final=True)
         self.tuner.log.save()
         for rows in sorted(self.tuner.timed_rows):
-            self.tuner.log_for(rows).save()
+            self.tuner.log_for(rows, left_of=self.tuner.log.batch_size).save()
 
     def report(self) -> dict:
         """The shape chosen last, its predicted speed-up over plain decoding and the call's measured one (over its

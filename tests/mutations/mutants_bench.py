@@ -203,7 +203,13 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a drafter inherits another's plain choices",
-        edits=(Edit("costs_slimspec.py", ' and choices.get("chooser") == self.chooser', ""),),
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                'if choices.get("chooser") == self.chooser and "plain" in choices:',
+                'if "plain" in choices:',
+            ),
+        ),
         tests=("tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process",),
     ),
     Mutant(
@@ -233,6 +239,17 @@ MUTANTS = [
     Mutant(
         name="auto shapes: rounds after rows finished are timed as the whole batch's",
         edits=(Edit("shapes_slimspec.py", "full = rows is None or rows == self.log.batch_size", "full = True"),),
+        tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_timed_at_their_own_row_count",),
+    ),
+    Mutant(
+        name="auto shapes: the rows left of a batch are timed into the tables of calls with that many prompts",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "log = self.log if full else self.log_for(rows, left_of=self.log.batch_size)",
+                "log = self.log if full else self.log_for(rows)",
+            ),
+        ),
         tests=("tests/test_shapes_slimspec.py::test_rounds_after_rows_finished_are_timed_at_their_own_row_count",),
     ),
     Mutant(
@@ -349,7 +366,13 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: the tuner chooses without the costs' margin",
-        edits=(Edit("shapes_slimspec.py", "self.calibration, self.log.margin()", "self.calibration, 0.0"),),
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup",
+                "self.candidates, costs, self.acceptance, self.calibration, 0.0, self.lookup",
+            ),
+        ),
         tests=(MARGIN,),
     ),
     Mutant(
