@@ -18,6 +18,7 @@ from transformers.cache_utils import DynamicCache
 
 from .configuration_slimspec import validate_pairing
 from .drafting_slimspec import ROOT, DraftTree, LogitsProcessing, is_row_wise
+from .heads_slimspec import weight_first
 
 
 # Config fields of targets whose logits are more than `lm_head(last_hidden_state)` (soft-capping, scaling).
@@ -104,7 +105,7 @@ def head_rows(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     rows = hidden.numel() // hidden.shape[-1]
     if rows < 2 or hidden.device.type != "cpu" or head.bias is not None:
         return head(hidden)
-    return weight_first(head.weight, hidden) if time_head_kernels(head) else head(hidden)
+    return weight_first(hidden, head.weight) if time_head_kernels(head) else head(hidden)
 
 
 def time_head_kernels(head: torch.nn.Linear, rows: int = 4) -> bool:
@@ -119,18 +120,13 @@ def time_head_kernels(head: torch.nn.Linear, rows: int = 4) -> bool:
         hidden = torch.randn(rows, head.in_features, dtype=head.weight.dtype)
         timings = {}
         with torch.no_grad():
-            for name, kernel in (("linear", head), ("weight_first", lambda h: weight_first(head.weight, h))):
+            for name, kernel in (("linear", head), ("weight_first", lambda h: weight_first(h, head.weight))):
                 kernel(hidden)  # warm
                 start = time.perf_counter()
                 kernel(hidden)
                 timings[name] = time.perf_counter() - start
         _WEIGHT_FIRST[head] = timings["weight_first"] < timings["linear"]
     return _WEIGHT_FIRST[head]
-
-
-def weight_first(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    flat = hidden.reshape(-1, hidden.shape[-1])  # (n, d)
-    return (weight @ flat.T).T.reshape(*hidden.shape[:-1], weight.shape[0])  # (V, n) -> (..., n, V)
 
 
 class TargetLogits:
