@@ -15,7 +15,7 @@ from .testing_utils import SHARED_DATA, make_tiny_target
 # cores are shared), so tests run single-threaded unless SLIMSPEC_TEST_THREADS says otherwise.
 torch.set_num_threads(int(os.environ.get("SLIMSPEC_TEST_THREADS", "1")))
 
-# Measured draft costs are kept across processes (`shapes_slimspec.costs_file`): tests start from nothing measured,
+# Measured draft costs are kept across processes (`costs_slimspec.costs_file`): tests start from nothing measured,
 # whatever earlier runs on this machine kept (the tests of keeping them set their own folder).
 os.environ["SLIMSPEC_DRAFT_COSTS"] = "off"
 

@@ -20,6 +20,7 @@ LAYERS = {
     "verification_slimspec": 0,
     "decoding_slimspec": 0,
     "shapes_slimspec": 0,
+    "acceptance_slimspec": 0,
     "costs_slimspec": 0,
     "stats_slimspec": 0,
     "modeling_slimspec": 0,

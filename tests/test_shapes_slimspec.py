@@ -6,11 +6,11 @@ import random
 
 import pytest
 
+from slimspec_hf.acceptance_slimspec import DepthAcceptance, tokens_by_size
 from slimspec_hf.costs_slimspec import CostLog, RoundCosts
 from slimspec_hf.shapes_slimspec import (
     EXPLORE_AFTER,
     PLAIN_EVERY,
-    DepthAcceptance,
     DraftShape,
     LookupRate,
     RoundTimer,
@@ -19,7 +19,6 @@ from slimspec_hf.shapes_slimspec import (
     choose_shape,
     expected_tokens,
     round_time,
-    tokens_by_size,
 )
 
 from .testing_utils import make_tiny_drafter, make_tiny_target
@@ -72,21 +71,24 @@ def test_a_drafter_starts_from_the_acceptance_its_generation_config_stores():
     """`draft_acceptance` (what `slimspec bench --save-acceptance` writes): the first auto call of a process starts
     from it, scaled to at most `STORED_ROUNDS` rounds per depth so that the call's own rounds soon outweigh it; a
     drafter without it starts from the prior; a malformed one is refused in one line naming it."""
-    from slimspec_hf import shapes_slimspec
+    from slimspec_hf import acceptance_slimspec
 
     target = make_tiny_target()
     drafter = make_tiny_drafter(target)
     stored = {"max_rank": 2, "counts": [[900.0, 50.0, 50.0], [10.0, 0.0, 30.0]]}
     drafter.generation_config.draft_acceptance = {"greedy": stored}
-    greedy, sampled = shapes_slimspec.depth_acceptance(drafter, False), shapes_slimspec.depth_acceptance(drafter, True)
-    assert greedy.observed(1) == pytest.approx(shapes_slimspec.STORED_ROUNDS) and greedy.observed(2) == 40.0
+    greedy, sampled = (
+        acceptance_slimspec.depth_acceptance(drafter, False),
+        acceptance_slimspec.depth_acceptance(drafter, True),
+    )
+    assert greedy.observed(1) == pytest.approx(acceptance_slimspec.STORED_ROUNDS) and greedy.observed(2) == 40.0
     assert greedy.counts[0][0] / greedy.observed(1) == pytest.approx(0.9)  # the stored shape, less weight
     assert sampled.draws and sampled.observed(1) == 0  # no sampled measurement stored: the prior
-    assert shapes_slimspec.measured_acceptance(drafter) == {"greedy": greedy.as_dict()}
+    assert acceptance_slimspec.measured_acceptance(drafter) == {"greedy": greedy.as_dict()}
     other = make_tiny_drafter(target)
     other.generation_config.draft_acceptance = {"sampled": {"max_rank": 2, "counts": [[1.0, 2.0]]}}
     with pytest.raises(ValueError, match=r"^`draft_acceptance`: expected .*slimspec bench --save-acceptance"):
-        shapes_slimspec.depth_acceptance(other, True)
+        acceptance_slimspec.depth_acceptance(other, True)
 
 
 def test_a_measured_curve_pools_a_slow_round_instead_of_raising_every_wider_width():
@@ -709,7 +711,7 @@ def test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_draf
     count is the acceptance measured: its drafts' agreement with the tokens the target went on to emit."""
     import torch
 
-    from slimspec_hf.shapes_slimspec import lookup_rate
+    from slimspec_hf.costs_slimspec import lookup_rate
 
     ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3, 7, 1, 7, 1, 2, 30, 41, 2, 30, 41]])
     kwargs = dict(max_new_tokens=40, do_sample=False, draft_lookup=True, draft_shape="auto")
@@ -754,7 +756,7 @@ def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_win
     assert drafter.last_generation_stats.rounds == 0  # plain generate(): no round of the loop
     assert drafter.last_generation_stats.draft_shape == {"shape": "plain"}
     # a shape the call sets wins over the machine's choice
-    from slimspec_hf.shapes_slimspec import depth_acceptance
+    from slimspec_hf.acceptance_slimspec import depth_acceptance
 
     counted = depth_acceptance(drafter, False).observed(1)
     tiny_target.generate(ids, assistant_model=drafter, max_new_tokens=8, do_sample=False, num_assistant_tokens=2)
@@ -776,7 +778,7 @@ def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_win
 
 def test_depths_are_counted_below_the_nodes_the_drafter_ranked():
     from slimspec_hf.drafting_slimspec import DraftTree
-    from slimspec_hf.shapes_slimspec import record_depths
+    from slimspec_hf.acceptance_slimspec import record_depths
 
     tree = DraftTree()
     a = tree.add(11, -1, -0.1)  # depth 1
@@ -797,7 +799,7 @@ def test_a_sampled_round_counts_which_draw_was_accepted():
     import torch
 
     from slimspec_hf.drafting_slimspec import DraftTree, Proposal
-    from slimspec_hf.shapes_slimspec import record_depths
+    from slimspec_hf.acceptance_slimspec import record_depths
 
     q = torch.ones(1)
     tree = DraftTree()

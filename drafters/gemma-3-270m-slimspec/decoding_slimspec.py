@@ -16,6 +16,7 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from .acceptance_slimspec import depth_acceptance, record_depths
 from .configuration_slimspec import is_slimspec_drafter
 from .costs_slimspec import plain_is_chosen
 from .drafting_slimspec import (
@@ -29,7 +30,7 @@ from .drafting_slimspec import (
     Proposal,
     TreeDrafter,
 )
-from .shapes_slimspec import depth_acceptance, record_depths, round_timer
+from .shapes_slimspec import round_timer
 from .stats_slimspec import SlimSpecDecoderOnlyOutput, SlimSpecGenerationStats, record_stats
 from .verification_slimspec import (
     TREE_ATTENTION,

@@ -92,7 +92,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a stored acceptance keeps its full weight over the call's own rounds",
-        edits=(Edit("shapes_slimspec.py", "        if weight is not None:\n", "        if False:\n"),),
+        edits=(Edit("acceptance_slimspec.py", "        if weight is not None:\n", "        if False:\n"),),
         tests=(
             "tests/test_shapes_slimspec.py::test_a_drafter_starts_from_the_acceptance_its_generation_config_stores",
         ),
@@ -291,7 +291,7 @@ MUTANTS = [
         name="auto shapes: m sampled draws cover 1 - (1 - c)^m, not what each draw was measured to accept",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "acceptance_slimspec.py",
                 "        if self.draws:\n            return self.draw_coverage(depth, m)\n",
                 "        if self.draws and m > 1:\n            return 1.0 - (1.0 - self.coverage(depth, 1)) ** m\n",
             ),
@@ -302,7 +302,7 @@ MUTANTS = [
         name="auto shapes: a sampled round counts any accepted draw as the first",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "acceptance_slimspec.py",
                 "at = drawn.index(target_token) + 1 if target_token in drawn else None",
                 "at = 1 if target_token in drawn else None",
             ),
@@ -313,7 +313,7 @@ MUTANTS = [
         name="auto shapes: a lookup draft accepted counts as one of the drafter's draws",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "acceptance_slimspec.py",
                 "if not drawn or any(p.q is None and p.token == target_token for p in proposals):",
                 "if not drawn:",
             ),

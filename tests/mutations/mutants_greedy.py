@@ -66,7 +66,7 @@ MUTANTS = [
         name="auto shapes: depths counted against the drafter's first child only",
         edits=(
             Edit(
-                "shapes_slimspec.py",
+                "acceptance_slimspec.py",
                 "children.index(target_token) + 1 if target_token in children else None",
                 "1 if target_token == children[0] else None",
             ),

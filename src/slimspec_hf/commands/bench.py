@@ -310,7 +310,7 @@ def save_acceptance(args, drafters: dict) -> None:
     into its folder's generation_config.json (`draft_acceptance`, per mode counted; the other mode kept)."""
     if not args.save_acceptance:
         return
-    from ..shapes_slimspec import measured_acceptance
+    from ..acceptance_slimspec import measured_acceptance
     from ..utils import atomic_write_json
 
     for path, drafter in zip(args.drafter, drafters.values()):

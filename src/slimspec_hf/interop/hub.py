@@ -47,6 +47,7 @@ REMOTE_CODE_FILES = (
     "verification_slimspec.py",
     "decoding_slimspec.py",
     "shapes_slimspec.py",
+    "acceptance_slimspec.py",
     "costs_slimspec.py",
     "stats_slimspec.py",
 )
