@@ -211,6 +211,58 @@ def test_a_steep_verification_curve_picks_plain_decoding():
     assert choice.shape.is_plain and choice.speedup == 1.0
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_the_trees_a_choice_skips_are_never_the_fastest(seed, monkeypatch):
+    """A tree that yields no more tokens than the same size one level shallower or with half the children per node
+    costs no less, so a choice skips pricing it (`dominated`): it chooses what pricing every shape chooses."""
+    from slimspec_hf import shapes_slimspec
+
+    rng = random.Random(seed)
+    first, ratio = [rng.uniform(0.3, 0.8) for _ in range(8)], [rng.uniform(0.05, 0.6) for _ in range(8)]
+    ranks = [[f * (1 - r) * r**m for m in range(8)] for f, r in zip(first, ratio)]  # rank 1 likeliest, then fewer
+    per_token = rng.choice([0.0002, 0.002, 0.006])
+    costs = RoundCosts(
+        batch_size=rng.choice([1, 4]),
+        verify=tuple(0.030 + per_token * n for n in range(1, 65)),
+        draft=tuple(0.003 + 0.0002 * w for w in range(1, 9)),
+    )
+    acceptance, candidates = observed(ranks), candidate_shapes(63)
+    pruned = choose_shape(candidates, costs, acceptance)
+    assert len(pruned.predictions) < len(candidates) / 1.2  # shapes were skipped
+    monkeypatch.setattr(shapes_slimspec, "dominated", lambda shape, tables: False)
+    every = choose_shape(candidates, costs, acceptance)
+    assert pruned.shape == every.shape and pruned.tokens_per_second == every.tokens_per_second
+    assert all(every.predictions[name] == speed for name, speed in pruned.predictions.items())
+
+
+def test_a_shape_whose_rounds_run_dearer_than_priced_gives_way():
+    """`CostLog.speed_factor`: each shape's measured over predicted round seconds (the lower medians and the
+    interpolated curves price some shapes a few percent off), from the ratio over every shape's rounds as a prior; the
+    tuner times its rounds against their prices, and its choices read the factors."""
+    log = CostLog(batch_size=4)
+    assert log.speed_factor("plain") == 1.0
+    for _ in range(40):
+        log.timed_round("tree 6/2/4", 0.1065, 0.100)
+        log.timed_round("tree 3/1/4", 0.0853, 0.085)
+    assert log.speed_factor("tree 6/2/4") > 1.05 and log.speed_factor("tree 3/1/4") < 1.01
+    assert 1.0 < log.speed_factor("chain 2") < log.speed_factor("tree 6/2/4")  # never timed: the pooled ratio
+
+    def verify(n):
+        return 0.020 + 0.001 * n
+
+    tuner, used = simulate(verify=verify, draft=lambda w: 0.002, ranks=RANKS)
+    chosen = tuner.shape
+    assert not chosen.is_plain and str(chosen) in tuner.log.rounds
+    measured, predicted, _ = tuner.log.rounds[str(chosen)]
+    assert measured / predicted == pytest.approx(1.0, abs=0.15)  # this machine runs as priced
+    for _ in range(100):  # from now on the chosen shape's rounds run 30% dearer than priced
+        tuner.log.timed_round(str(chosen), 1.3 * predicted, predicted)
+    for _ in range(tuner.every):
+        shape = tuner.next_shape()
+        tuner.observe(shape, verify(shape.size + 1), [], None)
+    assert tuner.shape != chosen and tuner.choice.predictions[str(chosen)] < tuner.choice.tokens_per_second
+
+
 def test_a_batch_whose_verification_grows_with_rows_decodes_plain_sooner():
     acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
 
@@ -777,8 +829,8 @@ def test_a_call_that_sets_a_shape_keeps_it_and_auto_decodes_plain_once_plain_win
 
 
 def test_depths_are_counted_below_the_nodes_the_drafter_ranked():
-    from slimspec_hf.drafting_slimspec import DraftTree
     from slimspec_hf.acceptance_slimspec import record_depths
+    from slimspec_hf.drafting_slimspec import DraftTree
 
     tree = DraftTree()
     a = tree.add(11, -1, -0.1)  # depth 1
@@ -798,8 +850,8 @@ def test_a_sampled_round_counts_which_draw_was_accepted():
     the draws says nothing of them."""
     import torch
 
-    from slimspec_hf.drafting_slimspec import DraftTree, Proposal
     from slimspec_hf.acceptance_slimspec import record_depths
+    from slimspec_hf.drafting_slimspec import DraftTree, Proposal
 
     q = torch.ones(1)
     tree = DraftTree()

@@ -137,6 +137,22 @@ class ShapeChoice:
     tokens_per_second: float
     speedup: float
     predictions: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # a round's predicted seconds by shape name, before `speed`
+
+
+def dominated(shape: DraftShape, tables: dict) -> bool:
+    """Whether a tree of `shape` yields no more tokens than the tree of its size one level shallower or with the
+    next fewer children per node (`tables`: E by size per (depth, top_k)): that tree costs no more (one drafter step
+    less, or as many over fewer nodes), so this one need not be priced (at 4 rows a choice skips about a quarter of
+    the 754 shapes it reads: trees deeper or wider than their nodes reach)."""
+    if shape.top_k == 1:
+        return False
+    tokens = tables[(shape.depth, shape.top_k)][shape.size]
+    for key in ((shape.depth - 1, shape.top_k), (shape.depth, shape.top_k // 2)):
+        other = tables.get(key)
+        if other is not None and shape.size < len(other) and tokens <= other[shape.size] + 1e-12:
+            return True
+    return False
 
 
 def choose_shape(
@@ -146,12 +162,16 @@ def choose_shape(
     calibration: float = 1.0,
     margin: float = 0.0,
     lookup: LookupRate | None = None,
+    speed=None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
-    lookup (`lookup_round`; without it they are priced as without lookup)."""
-    plain_speed = costs.batch_size / costs.verify_time(1)
+    lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
+    predicted seconds, `CostLog.speed_factor`) scales each round's predicted seconds."""
+    speed = speed or (lambda name: 1.0)
+    seconds = {"plain": costs.verify_time(1)}
+    plain_speed = costs.batch_size / (seconds["plain"] * speed("plain"))
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
     measured = [
@@ -163,24 +183,30 @@ def choose_shape(
         families[key] = max(families.get(key, 0), shape.size)
     tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
     for shape in measured:
+        if dominated(shape, tables):
+            continue
         tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
+        name = str(shape)
         if shape.lookup and lookup is not None:
-            tokens, seconds = lookup_round(shape, costs, tokens, lookup)
+            tokens, seconds[name] = lookup_round(shape, costs, tokens, lookup)
         else:
-            seconds = round_time(shape, costs, tokens)
-        speed = costs.batch_size * tokens / seconds
-        predictions[str(shape)] = speed
-        if speed > best_speed * (1 + 1e-9):
-            best, best_speed = shape, speed
+            seconds[name] = round_time(shape, costs, tokens)
+        predictions[name] = costs.batch_size * tokens / (seconds[name] * speed(name))
+        if predictions[name] > best_speed * (1 + 1e-9):
+            best, best_speed = shape, predictions[name]
     if best_speed <= plain_speed * (1 + margin):
         best, best_speed = DraftShape(), plain_speed
-    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions)
+    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds)
 
 
 TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose cost ends the probing is timed again
 # while a drafting shape is chosen, one round in this many decodes plain: the plain rounds' cost, what every choice
-# compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now)
-PLAIN_EVERY = 32
+# compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now); at 4
+# rows, bf16, a plain round yields 26% fewer tokens per second than the chosen tree, so each one costs a call 0.4%
+PLAIN_EVERY = 64
+# rounds between two choices (the rows left's apart): a choice prices hundreds of shapes in Python (5 ms at 4 rows
+# against 85 ms rounds: 0.6% of a call's time at this cadence, 1.2% at every 8)
+CHOOSE_EVERY = 16
 # while plain decoding is chosen, the round after this many plain ones drafts (the best drafting shape), so that the
 # call keeps measuring its acceptance (a few unlucky probes do not rule drafting out); the wait doubles while the
 # choice stays plain, so that where drafting cannot pay the exploring costs next to nothing
@@ -215,7 +241,7 @@ class ShapeTuner:
         acceptance: DepthAcceptance,
         start: DraftShape,
         probe_sizes: tuple[int, ...] = (1, 3, 7, 15, 31, 63),
-        every: int = 8,
+        every: int = CHOOSE_EVERY,
         top_ks: tuple[int, ...] = (2, 4, 8),
         lookup: LookupRate | None = None,
         log_for=None,
@@ -268,7 +294,13 @@ class ShapeTuner:
                 max_size, lookup = len(costs.verify) - 1, self.lookup is not None
                 self.candidates = candidate_shapes(max_size, self.acceptance.max_depth, self.top_ks, lookup)
                 self.choice = choose_shape(
-                    self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
+                    self.candidates,
+                    costs,
+                    self.acceptance,
+                    self.calibration,
+                    self.log.margin(),
+                    self.lookup,
+                    self.log.speed_factor,
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen = self.shape.is_plain
@@ -338,6 +370,9 @@ class ShapeTuner:
         self.rounds += 1
         full = rows is None or rows == self.log.batch_size
         log = self.log if full else self.log_for(rows, left_of=self.log.batch_size)
+        if full and not self.probing and self.choice is not None and str(shape) in self.choice.seconds:
+            measured = verify_seconds + sum(seconds for _, seconds in draft_steps)
+            self.log.timed_round(str(shape), measured, self.choice.seconds[str(shape)])
         log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
         for nodes, seconds in draft_steps:
             log.add_draft(max(1, round(nodes)), seconds)
@@ -481,6 +516,7 @@ __all__ = [
     "RoundTimer",
     "ShapeTuner",
     "TIMED_ROUNDS",
+    "CHOOSE_EVERY",
     "DraftShape",
     "candidate_shapes",
     "TREE_SIZES",
@@ -489,4 +525,5 @@ __all__ = [
     "round_time",
     "ShapeChoice",
     "choose_shape",
+    "dominated",
 ]

@@ -15,6 +15,8 @@ EXPLORE = (
     "tests/test_shapes_slimspec.py::"
     "test_a_call_that_chose_plain_on_unlucky_probes_keeps_drafting_now_and_then_and_returns_to_it"
 )
+SKIPPED = "tests/test_shapes_slimspec.py::test_the_trees_a_choice_skips_are_never_the_fastest"
+DEARER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_run_dearer_than_priced_gives_way"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -369,8 +371,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "self.candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup",
-                "self.candidates, costs, self.acceptance, self.calibration, 0.0, self.lookup",
+                "                    self.log.margin(),\n                    self.lookup,\n",
+                "                    0.0,\n                    self.lookup,\n",
             ),
         ),
         tests=(MARGIN,),
@@ -531,5 +533,34 @@ MUTANTS = [
         tests=(
             "tests/evaluation/test_benchmark.py::test_draft_shape_rows_sit_beside_the_others_and_name_the_shapes_chosen",
         ),
+    ),
+    Mutant(
+        name="auto shapes: a choice skips trees that yield more than the shallower or narrower tree of their size",
+        edits=(
+            Edit("shapes_slimspec.py", "tokens <= other[shape.size] + 1e-12", "tokens >= other[shape.size] - 1e-12"),
+        ),
+        tests=(SKIPPED,),
+    ),
+    Mutant(
+        name="auto shapes: a choice skips trees against the wider tree of their size",
+        edits=(Edit("shapes_slimspec.py", "(shape.depth, shape.top_k // 2)", "(shape.depth, shape.top_k * 2)"),),
+        tests=(SKIPPED,),
+    ),
+    Mutant(
+        name="auto shapes: a round's time is not held against its price",
+        edits=(Edit("shapes_slimspec.py", "            self.log.timed_round(", "            (lambda *a: None)("),),
+        tests=(DEARER,),
+    ),
+    Mutant(
+        name="auto shapes: the choice ignores how much dearer than priced each shape ran",
+        edits=(
+            Edit("shapes_slimspec.py", "                    self.log.speed_factor,\n", "                    None,\n"),
+        ),
+        tests=(DEARER,),
+    ),
+    Mutant(
+        name="auto shapes: a shape's speed factor is the pooled one, not its own rounds'",
+        edits=(Edit("costs_slimspec.py", "(own_measured + PRIOR_ROUNDS", "(own_predicted * pooled + PRIOR_ROUNDS"),),
+        tests=(DEARER,),
     ),
 ]
