@@ -238,7 +238,8 @@ def test_the_trees_a_choice_skips_are_never_the_fastest(seed, monkeypatch):
 def test_a_shape_whose_rounds_run_dearer_than_priced_gives_way():
     """`CostLog.speed_factor`: each shape's measured over predicted round seconds (the lower medians and the
     interpolated curves price some shapes a few percent off), from the ratio over every shape's rounds as a prior; the
-    tuner times its rounds against their prices, and its choices read the factors."""
+    tuner times its rounds against their prices (not a round whose drafter caught up on a round without it), and its
+    choices read the factors."""
     log = CostLog(batch_size=4)
     assert log.speed_factor("plain") == 1.0
     for _ in range(40):
@@ -246,6 +247,10 @@ def test_a_shape_whose_rounds_run_dearer_than_priced_gives_way():
         log.timed_round("tree 3/1/4", 0.0853, 0.085)
     assert log.speed_factor("tree 6/2/4") > 1.05 and log.speed_factor("tree 3/1/4") < 1.01
     assert 1.0 < log.speed_factor("chain 2") < log.speed_factor("tree 6/2/4")  # never timed: the pooled ratio
+    recent = CostLog(batch_size=4)
+    for ratio in [1.0] * 200 + [1.3] * 64:  # the machine got slower for this shape (say, longer caches)
+        recent.timed_round("tree 4/1/4", 0.1 * ratio, 0.1)
+    assert recent.speed_factor("tree 4/1/4") > 1.15  # its recent rounds weigh most (1.07 over all of them)
 
     def verify(n):
         return 0.020 + 0.001 * n
@@ -261,6 +266,14 @@ def test_a_shape_whose_rounds_run_dearer_than_priced_gives_way():
         shape = tuner.next_shape()
         tuner.observe(shape, verify(shape.size + 1), [], None)
     assert tuner.shape != chosen and tuner.choice.predictions[str(chosen)] < tuner.choice.tokens_per_second
+    shape = tuner.shape
+    assert not shape.is_plain
+    before = list(tuner.log.rounds.get(str(shape), ()))
+    tuner.observe(DraftShape(), verify(1), [], None)  # a plain round: the drafter falls a round behind
+    tuner.observe(shape, verify(shape.size + 1), [(12, 0.050)], None)  # its first step reads both rounds' tokens
+    assert list(tuner.log.rounds.get(str(shape), ())) == before  # no shape's price holds that: not timed
+    tuner.observe(shape, verify(shape.size + 1), [(2, 0.002)], None)
+    assert list(tuner.log.rounds[str(shape)]) != before
 
 
 def test_a_batch_whose_verification_grows_with_rows_decodes_plain_sooner():
@@ -417,7 +430,7 @@ def test_the_tuner_settles_on_a_large_tree_where_verification_is_flat():
     assert tuner.shape.size >= 16 and tuner.choice.speedup > 2, tuner.shape
 
 
-def test_while_drafting_one_round_in_32_times_plain_decoding_again():
+def test_while_drafting_a_round_now_and_then_times_plain_decoding_again():
     """The plain rounds' cost, what every choice compares with, is measured again while a drafting shape runs (one
     round in `PLAIN_EVERY`), so that it is this call's, not an earlier call's with other prompt lengths."""
     tuner, used = simulate(verify=lambda n: 0.010, draft=lambda w: 0.001, ranks=RANKS)
@@ -537,7 +550,7 @@ def machine(monkeypatch, verify, draft=lambda nodes: 0.001):
     that a choice the test relies on does not turn on a loaded test machine's timings."""
     observe = ShapeTuner.observe
 
-    def synthetic(self, shape, verify_seconds, draft_steps, accepted, width=None, rows=None):
+    def synthetic(self, shape, verify_seconds, draft_steps, accepted, width=None, rows=None, seconds=None):
         verified = shape.size + 1 if width is None else width
         steps = [(nodes, draft(nodes)) for nodes, _ in draft_steps]
         return observe(self, shape, verify(verified), steps, accepted, width=width, rows=rows)

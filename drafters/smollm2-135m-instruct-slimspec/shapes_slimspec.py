@@ -22,8 +22,9 @@ the B rows matches (1 - (1 - p)^B), verifies max(size + 1, W_L) tokens per row; 
 drafter does not run. Onto the other rows' drafts lookup grafts what followed earlier (a match the drafter agrees
 with, a branch, an extension of its likeliest path): G more tokens per row, n_g more nodes in the share g of rows
 it grafts onto, so those rounds verify size + 1 + (1 - (1 - g)^B) · n_g tokens per row. p, E_L and W_L are counted
-from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). The shape with the most
-tokens per second, B · E / T, is used; plain decoding when none beats it.
+from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). Each T is scaled by what
+that shape's rounds measured against their price (`CostLog.speed_factor`). The shape with the most tokens per
+second, B · E / T, is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
@@ -130,8 +131,9 @@ def lookup_round(shape: DraftShape, costs: RoundCosts, tokens: float, rate: Look
 
 @dataclass(frozen=True)
 class ShapeChoice:
-    """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every candidate's
-    prediction (tokens/s by shape name) for reporting."""
+    """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every priced
+    candidate's prediction (tokens/s by shape name; `dominated` trees are not priced) and round seconds before the
+    speed factors (what the rounds are timed against)."""
 
     shape: DraftShape
     tokens_per_second: float
@@ -142,8 +144,9 @@ class ShapeChoice:
 
 def dominated(shape: DraftShape, tables: dict) -> bool:
     """Whether a tree of `shape` yields no more tokens than the tree of its size one level shallower or with the
-    next fewer children per node (`tables`: E by size per (depth, top_k)): that tree costs no more (one drafter step
-    less, or as many over fewer nodes), so this one need not be priced (at 4 rows a choice skips about a quarter of
+    next fewer children per node (`tables`: E by size per (depth, top_k)): that tree is no slower (one drafter step
+    less, or as many over fewer nodes), so this one need not be priced; it never runs, so no speed factor of its own
+    would say otherwise (at 4 rows a choice skips about a quarter of
     the 754 shapes it reads: trees deeper or wider than their nodes reach)."""
     if shape.top_k == 1:
         return False
@@ -204,8 +207,8 @@ TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose co
 # compares with, is measured again under this call's conditions (its prompt lengths, the machine's load now); at 4
 # rows, bf16, a plain round yields 26% fewer tokens per second than the chosen tree, so each one costs a call 0.4%
 PLAIN_EVERY = 64
-# rounds between two choices (the rows left's apart): a choice prices hundreds of shapes in Python (5 ms at 4 rows
-# against 85 ms rounds: 0.6% of a call's time at this cadence, 1.2% at every 8)
+# rounds between two choices (the rows left's apart): a choice prices hundreds of shapes in Python (at 4 rows, bf16,
+# 9 ms for the batch and 14 for the rows left, timed inside calls of 85 ms rounds: about 2% of a call at every 8)
 CHOOSE_EVERY = 16
 # while plain decoding is chosen, the round after this many plain ones drafts (the best drafting shape), so that the
 # call keeps measuring its acceptance (a few unlucky probes do not rule drafting out); the wait doubles while the
@@ -228,8 +231,9 @@ class ShapeTuner:
     the measured costs (`CostLog`, shared by every call at this batch size and prompt length and kept on disk for the
     next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
     drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
-    drifting acceptance (long answers, code after chat) moves the choice. While plain decoding is chosen, a round
-    drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
+    drifting acceptance (long answers, code after chat) moves the choice; each round of the whole batch is timed
+    against its price (`CostLog.timed_round`), so that a shape running dearer than priced gives way. While plain
+    decoding is chosen, a round drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
 
     Once rows of a batch have finished, the rounds over the rows left (fewer, so verifying a wider draft costs
     less) are timed in the log of their own row count (`log_for`) and shaped from the costs at that count
@@ -261,6 +265,7 @@ class ShapeTuner:
         self.choice: ShapeChoice | None = None
         self.candidates: list[DraftShape] = []
         self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
+        self.drafted_last = False  # the last round ran the drafter: its state is current
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
         self.explore = log.plain_chosen
@@ -362,20 +367,27 @@ class ShapeTuner:
         accepted: float | None,
         width: int | None = None,
         rows: int | None = None,
+        seconds: float | None = None,
     ) -> None:
         """One round of `shape` over `rows` rows (default the batch): its verification time (of `width` tokens per
         row, default the shape's), its drafter steps as (nodes per row, seconds), and the drafted tokens the target
-        accepted (per row the drafter drafted; None: lookup drafted every row alone). A round over fewer rows than
-        the batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
+        accepted (per row the drafter drafted; None: lookup drafted every row alone), and the whole round's `seconds`
+        (default verification and steps), timed against its price (`CostLog.speed_factor`). A round over fewer rows
+        than the batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
         self.rounds += 1
         full = rows is None or rows == self.log.batch_size
         log = self.log if full else self.log_for(rows, left_of=self.log.batch_size)
-        if full and not self.probing and self.choice is not None and str(shape) in self.choice.seconds:
-            measured = verify_seconds + sum(seconds for _, seconds in draft_steps)
-            self.log.timed_round(str(shape), measured, self.choice.seconds[str(shape)])
+        # the whole round against its price, where the drafter's first step read one round's tokens: after a round
+        # without it (a call's first, a plain one) it reads them all, which no shape's price holds
+        current = shape.is_plain or self.drafted_last
+        if full and current and not self.probing and self.choice is not None and str(shape) in self.choice.seconds:
+            if seconds is None:
+                seconds = verify_seconds + sum(step for _, step in draft_steps)
+            self.log.timed_round(str(shape), seconds, self.choice.seconds[str(shape)])
+        self.drafted_last = bool(draft_steps)
         log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
-        for nodes, seconds in draft_steps:
-            log.add_draft(max(1, round(nodes)), seconds)
+        for nodes, step in draft_steps:
+            log.add_draft(max(1, round(nodes)), step)
         if not full:
             self.timed_rows.add(rows)
         if full and self.probes and shape.size == self.probes[0]:
@@ -485,7 +497,15 @@ class RoundTimer:
         mean_accepted = sum(drafter_rows) / len(drafter_rows) if drafter_rows else None
         # a round with fewer rows than the batch (rows that finished) costs less: its times are its row count's
         full = len(trees) == self.tuner.log.batch_size
-        self.tuner.observe(self.shape, end - self.drafted, steps, mean_accepted, width=width, rows=len(trees))
+        self.tuner.observe(
+            self.shape,
+            end - self.drafted,
+            steps,
+            mean_accepted,
+            width=width,
+            rows=len(trees),
+            seconds=end - self.started,
+        )
         if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
             self.tokens += tokens
             self.seconds += end - self.started

@@ -5,7 +5,7 @@ counted from every verified round (`record_depths`), kept per drafter and mode f
 starting from what the drafter's generation config stores), and the tokens a tree of each size is expected to yield
 from it (`tokens_by_size`; the formula is in `shapes_slimspec`).
 
-Part of the remote-code unit: it imports only the standard library.
+Part of the remote-code unit: it imports only the standard library and `costs_slimspec`.
 """
 
 import weakref

@@ -25,8 +25,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}
-PRIOR_ROUNDS = 8  # what the prior of a shape's speed factor is worth, in rounds (`CostLog.speed_factor`)  # greedy / sampled calls: the keys of what is kept per mode
+ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
+PRIOR_ROUNDS = 8  # what the prior of a shape's speed factor is worth, in rounds (`CostLog.speed_factor`)
+ROUNDS_KEPT = 64  # a shape's timed rounds past this many count half (`CostLog.timed_round`)
 # What the calls of this process measured, per target (weak keys: a model's entries go with the model)
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -82,8 +83,9 @@ class CostLog:
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
-        # shape name -> [seconds measured, seconds predicted] over the rounds of the whole batch (`timed_round`)
+        # shape name -> [seconds measured, seconds predicted, rounds] over rounds of the whole batch (`timed_round`)
         self.rounds: dict[str, list[float]] = {}
+        self.pooled: tuple[float, float] | None = None  # (the ratio over every shape's rounds, a round's mean price)
 
     def add(self, table: dict, width: int, seconds: float) -> None:
         times = table.setdefault(int(width), [])
@@ -97,22 +99,26 @@ class CostLog:
         self.add(self.draft, nodes, seconds)
 
     def timed_round(self, shape: str, measured: float, predicted: float) -> None:
-        """A round of `shape` (its name) took `measured` seconds where its choice predicted `predicted`."""
-        if predicted > 0:
-            sums = self.rounds.setdefault(shape, [0.0, 0.0, 0])
-            sums[0], sums[1], sums[2] = sums[0] + measured, sums[1] + predicted, sums[2] + 1
+        """A round of `shape` (its name) took `measured` seconds where its choice predicted `predicted`. A shape's
+        counts are halved past `ROUNDS_KEPT` rounds: its recent rounds weigh most (longer caches, the load now)."""
+        if predicted <= 0:
+            return
+        sums = self.rounds.setdefault(shape, [0.0, 0.0, 0.0])
+        sums[0], sums[1], sums[2] = sums[0] + measured, sums[1] + predicted, sums[2] + 1
+        if sums[2] > ROUNDS_KEPT:
+            sums[:] = [value / 2 for value in sums]
+        self.pooled = None
 
     def speed_factor(self, shape: str) -> float:
-        """Measured over predicted seconds for rounds of `shape` (its name): the lower medians and the interpolated
-        curves price some shapes a few percent off (at 4 rows, bf16: tree 6/2/4 + lookup 6.5% dearer than predicted,
-        tree 3/1/4 + lookup 0.3%). Each shape's own rounds, from the ratio over every shape's rounds as a prior worth
-        `PRIOR_ROUNDS` of its rounds, itself from 1 worth as many."""
-        measured = sum(m for m, _, _ in self.rounds.values())
-        predicted = sum(p for _, p, _ in self.rounds.values())
-        count = sum(n for _, _, n in self.rounds.values())
-        mean = predicted / count if count else 1.0  # a round's predicted seconds: the priors' unit
-        pooled = (measured + PRIOR_ROUNDS * mean) / (predicted + PRIOR_ROUNDS * mean)
-        own_measured, own_predicted, own_count = self.rounds.get(shape, (0.0, 0.0, 0))
+        """Measured over predicted seconds for whole rounds of `shape` (its name): the lower medians and the
+        interpolated curves price some shapes a few percent off. Each shape's own rounds, from the ratio over every
+        shape's rounds as a prior worth `PRIOR_ROUNDS` of its rounds, itself from 1 worth as many."""
+        if self.pooled is None:
+            measured, predicted, count = (sum(column) for column in zip(*self.rounds.values() or [(0.0, 0.0, 0.0)]))
+            mean = predicted / count if count else 1.0  # a round's predicted seconds: the priors' unit
+            self.pooled = ((measured + PRIOR_ROUNDS * mean) / (predicted + PRIOR_ROUNDS * mean), mean)
+        pooled, mean = self.pooled
+        own_measured, own_predicted, own_count = self.rounds.get(shape, (0.0, 0.0, 0.0))
         own_mean = own_predicted / own_count if own_count else mean
         return (own_measured + PRIOR_ROUNDS * own_mean * pooled) / (own_predicted + PRIOR_ROUNDS * own_mean)
 

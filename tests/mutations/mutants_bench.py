@@ -491,7 +491,7 @@ MUTANTS = [
                 "if False:",
             ),
         ),
-        tests=("tests/test_shapes_slimspec.py::test_while_drafting_one_round_in_32_times_plain_decoding_again",),
+        tests=("tests/test_shapes_slimspec.py::test_while_drafting_a_round_now_and_then_times_plain_decoding_again",),
     ),
     Mutant(
         name="auto shapes: a call that chose plain never drafts again",
@@ -561,6 +561,16 @@ MUTANTS = [
     Mutant(
         name="auto shapes: a shape's speed factor is the pooled one, not its own rounds'",
         edits=(Edit("costs_slimspec.py", "(own_measured + PRIOR_ROUNDS", "(own_predicted * pooled + PRIOR_ROUNDS"),),
+        tests=(DEARER,),
+    ),
+    Mutant(
+        name="auto shapes: a round whose drafter caught up on a plain round is timed against its shape's price",
+        edits=(Edit("shapes_slimspec.py", "current = shape.is_plain or self.drafted_last", "current = True"),),
+        tests=(DEARER,),
+    ),
+    Mutant(
+        name="auto shapes: a shape's timed rounds are never forgotten",
+        edits=(Edit("costs_slimspec.py", "        if sums[2] > ROUNDS_KEPT:\n", "        if False:\n"),),
         tests=(DEARER,),
     ),
 ]
