@@ -161,6 +161,8 @@ def plan_steps(settings: CheckSettings, work_dir: Path) -> list[Step]:
             argv += ["--limit", "1", "--max-new-tokens", str(settings.max_new_tokens or 256)]
         if _bench_offers("--draft-tree"):  # tree drafting (rows slimspec+tree16/4/4 and +lookup)
             argv += ["--draft-tree", "16/4/4"]
+        if _bench_offers("--draft-shape"):  # the shape chosen on this device beside the shipped fixed one
+            argv += ["--draft-shape", "auto", "fixed"]
         skip = bench_skip_reason(embedded, data, drafter)
         steps.append(Step("bench", argv, settings.timeouts["bench"], {}, skip))
     if "bench_batch" in settings.steps:
@@ -179,6 +181,8 @@ def batch_step(settings: CheckSettings, work_dir: Path, embedded: bool) -> Step:
         argv += ["--batch-sizes", "1", "2", "--limit", "1", "--categories", "writing", "--max-new-tokens", "8"]
     else:  # 64 of MT-Bench's 80 first turns: one batch of 64, four of 16, ...
         argv += ["--batch-sizes", "1", "4", "16", "64", "--limit", "8", "--max-new-tokens", "128"]
+    if _bench_offers("--draft-shape"):  # the batch cutoff and shapes chosen on this device beside the shipped ones
+        argv += ["--draft-shape", "auto", "fixed"]
     skip = bench_skip_reason(embedded, data, drafter)
     return Step("bench_batch", argv, settings.timeouts["bench_batch"], {}, skip)
 
