@@ -445,6 +445,13 @@ def test_the_tuner_stops_probing_and_decodes_plain_where_every_token_costs():
     assert tuner.shape.is_plain and all(s.is_plain for s in used[-100:])
 
 
+def test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield():
+    """Verification nearly flat but every drafter step dear (a large drafter, a slow head): a probe's round costs at
+    least its verification plus a step per level, so the probing stops before the widest, deepest probes."""
+    tuner, used = simulate(verify=lambda n: 0.100 + 0.001 * n, draft=lambda w: 0.060, ranks=RANKS)
+    assert max(s.size for s in used) <= 15, sorted({s.size for s in used})
+
+
 def test_a_call_that_chose_plain_on_unlucky_probes_keeps_drafting_now_and_then_and_returns_to_it():
     """Where the probes happened to meet drafts the target rejected (an answer's first tokens), plain decoding is
     chosen; a drafting round now and then (`EXPLORE_AFTER` plain rounds, the wait doubling) keeps measuring the

@@ -573,4 +573,17 @@ MUTANTS = [
         edits=(Edit("costs_slimspec.py", "        if sums[2] > ROUNDS_KEPT:\n", "        if False:\n"),),
         tests=(DEARER,),
     ),
+    Mutant(
+        name="auto shapes: a probe's least cost leaves out the drafter's steps",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "least = costs.verify_time(len(costs.verify)) + probe.depth",
+                "least = costs.verify_time(len(costs.verify)) + 0",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield",
+        ),
+    ),
 ]
