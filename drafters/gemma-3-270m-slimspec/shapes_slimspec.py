@@ -383,10 +383,12 @@ class ShapeTuner:
         # the whole round against its price, where the drafter's first step read one round's tokens: after a round
         # without it (a call's first, a plain one) it reads them all, which no shape's price holds
         current = shape.is_plain or self.drafted_last
-        if full and current and not self.probing and self.choice is not None and str(shape) in self.choice.seconds:
+        name = str(shape)
+        price = self.choice.seconds.get(name) if full and current and not self.probing and self.choice else None
+        if price is not None:
             if seconds is None:
                 seconds = verify_seconds + sum(step for _, step in draft_steps)
-            self.log.timed_round(str(shape), seconds, self.choice.seconds[str(shape)])
+            self.log.timed_round(name, seconds, price)
         self.drafted_last = bool(draft_steps)
         log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
         for nodes, step in draft_steps:
