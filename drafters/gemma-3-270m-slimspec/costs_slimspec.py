@@ -26,8 +26,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
-PRIOR_ROUNDS = 8  # what the prior of a shape's speed factor is worth, in rounds (`CostLog.speed_factor`)
-ROUNDS_KEPT = 64  # a shape's timed rounds past this many count half (`CostLog.timed_round`)
+PRIOR_ROUNDS = 8  # what the prior of a shape's own ratio is worth, in rounds (`ShapeRatios.factor`)
+ROUNDS_KEPT = 64  # a shape's rounds past this many count half (`ShapeRatios.add`)
 # What the calls of this process measured, per target (weak keys: a model's entries go with the model)
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -60,6 +60,47 @@ class RoundCosts:
         return self._at(self.draft, nodes)
 
 
+class ShapeRatios:
+    """Measured over predicted, per shape (its name), over rounds of the whole batch: what `choose_shape` scales a
+    shape's predicted seconds (`CostLog.speed`: the lower medians and the interpolated curves price some shapes a
+    few percent off) or predicted tokens (`CostLog.yields`: the acceptance model, lookup's grafts) by. Each shape's own
+    rounds, from the ratio over every shape's rounds as a prior worth `PRIOR_ROUNDS` of its rounds, itself from 1
+    worth as many; a shape's counts are halved past `ROUNDS_KEPT` rounds, so that its recent rounds weigh most
+    (longer caches, the load now, the text decoded now)."""
+
+    def __init__(self):
+        self.sums: dict[str, list[float]] = {}  # shape name -> [measured, predicted, rounds]
+        self.pooled: tuple[float, float] | None = None  # (the ratio over every shape's rounds, a round's mean)
+
+    def add(self, shape: str, measured: float, predicted: float) -> None:
+        """A round of `shape` measured `measured` where its choice predicted `predicted` (> 0)."""
+        if predicted <= 0:
+            return
+        sums = self.sums.setdefault(shape, [0.0, 0.0, 0.0])
+        sums[0], sums[1], sums[2] = sums[0] + measured, sums[1] + predicted, sums[2] + 1
+        if sums[2] > ROUNDS_KEPT:
+            sums[:] = [value / 2 for value in sums]
+        self.pooled = None
+
+    def factor(self, shape: str) -> float:
+        """Measured over predicted for `shape`'s rounds (see the class); 1 where no round was counted."""
+        if self.pooled is None:
+            measured, predicted, count = (sum(column) for column in zip(*self.sums.values() or [(0.0, 0.0, 0.0)]))
+            mean = predicted / count if count else 1.0  # a round's prediction: the priors' unit
+            self.pooled = ((measured + PRIOR_ROUNDS * mean) / (predicted + PRIOR_ROUNDS * mean), mean)
+        pooled, mean = self.pooled
+        own_measured, own_predicted, own_count = self.sums.get(shape, (0.0, 0.0, 0.0))
+        own_mean = own_predicted / own_count if own_count else mean
+        return (own_measured + PRIOR_ROUNDS * own_mean * pooled) / (own_predicted + PRIOR_ROUNDS * own_mean)
+
+    def relative(self, shape: str) -> float:
+        """`factor` over the ratio over every shape's rounds: how far this shape's rounds measured from the others'
+        (what tokens are scaled by: the call's calibration already holds what every shape's rounds share, and
+        counting it again would double the luck of a few rounds)."""
+        factor = self.factor(shape)
+        return factor / self.pooled[0]
+
+
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
 
 
@@ -83,9 +124,9 @@ class CostLog:
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
-        # shape name -> [seconds measured, seconds predicted, rounds] over rounds of the whole batch (`timed_round`)
-        self.rounds: dict[str, list[float]] = {}
-        self.pooled: tuple[float, float] | None = None  # (the ratio over every shape's rounds, a round's mean price)
+        # over rounds of the whole batch, per shape: seconds measured over priced, and the tokens a row gained beyond
+        # the target's own over those predicted (`ShapeTuner.observe`; what each choice scales its prices by)
+        self.speed, self.yields = ShapeRatios(), ShapeRatios()
 
     def add(self, table: dict, width: int, seconds: float) -> None:
         times = table.setdefault(int(width), [])
@@ -97,30 +138,6 @@ class CostLog:
 
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
-
-    def timed_round(self, shape: str, measured: float, predicted: float) -> None:
-        """A round of `shape` (its name) took `measured` seconds where its choice predicted `predicted`. A shape's
-        counts are halved past `ROUNDS_KEPT` rounds: its recent rounds weigh most (longer caches, the load now)."""
-        if predicted <= 0:
-            return
-        sums = self.rounds.setdefault(shape, [0.0, 0.0, 0.0])
-        sums[0], sums[1], sums[2] = sums[0] + measured, sums[1] + predicted, sums[2] + 1
-        if sums[2] > ROUNDS_KEPT:
-            sums[:] = [value / 2 for value in sums]
-        self.pooled = None
-
-    def speed_factor(self, shape: str) -> float:
-        """Measured over predicted seconds for whole rounds of `shape` (its name): the lower medians and the
-        interpolated curves price some shapes a few percent off. Each shape's own rounds, from the ratio over every
-        shape's rounds as a prior worth `PRIOR_ROUNDS` of its rounds, itself from 1 worth as many."""
-        if self.pooled is None:
-            measured, predicted, count = (sum(column) for column in zip(*self.rounds.values() or [(0.0, 0.0, 0.0)]))
-            mean = predicted / count if count else 1.0  # a round's predicted seconds: the priors' unit
-            self.pooled = ((measured + PRIOR_ROUNDS * mean) / (predicted + PRIOR_ROUNDS * mean), mean)
-        pooled, mean = self.pooled
-        own_measured, own_predicted, own_count = self.rounds.get(shape, (0.0, 0.0, 0.0))
-        own_mean = own_predicted / own_count if own_count else mean
-        return (own_measured + PRIOR_ROUNDS * own_mean * pooled) / (own_predicted + PRIOR_ROUNDS * own_mean)
 
     def rechecked(self, plain: bool, again: bool) -> None:
         """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
@@ -517,6 +534,7 @@ __all__ = [
     "lookup_rate",
     "RoundCosts",
     "CostLog",
+    "ShapeRatios",
     "cost_log",
     "costs_at_rows",
     "costs_key",

@@ -23,8 +23,10 @@ drafter does not run. Onto the other rows' drafts lookup grafts what followed ea
 with, a branch, an extension of its likeliest path): G more tokens per row, n_g more nodes in the share g of rows
 it grafts onto, so those rounds verify size + 1 + (1 - (1 - g)^B) · n_g tokens per row. p, E_L and W_L are counted
 from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). Each T is scaled by what
-that shape's rounds measured against their price (`CostLog.speed_factor`). The shape with the most tokens per
-second, B · E / T, is used; plain decoding when none beats it.
+that shape's rounds measured against their price (`CostLog.speed`), and each E - 1 by the tokens they gained against
+those predicted, relative to every shape's (`CostLog.yields`: what the model above misses for one shape, as lookup's
+grafts on a wider root). The
+shape with the most tokens per second, B · E / T, is used; plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
@@ -132,14 +134,15 @@ def lookup_round(shape: DraftShape, costs: RoundCosts, tokens: float, rate: Look
 @dataclass(frozen=True)
 class ShapeChoice:
     """The chosen shape, its predicted tokens per second and speed-up over plain decoding, and every priced
-    candidate's prediction (tokens/s by shape name; `dominated` trees are not priced) and round seconds before the
-    speed factors (what the rounds are timed against)."""
+    candidate's prediction (tokens/s by shape name; `dominated` trees are not priced), round seconds and tokens per
+    row before the shapes' own factors (what their rounds are measured against)."""
 
     shape: DraftShape
     tokens_per_second: float
     speedup: float
     predictions: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)  # a round's predicted seconds by shape name, before `speed`
+    tokens: dict = field(default_factory=dict)  # a round's predicted tokens per row by shape name, before `yields`
 
 
 def dominated(shape: DraftShape, tables: dict) -> bool:
@@ -166,14 +169,17 @@ def choose_shape(
     margin: float = 0.0,
     lookup: LookupRate | None = None,
     speed=None,
+    yields=None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
     lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
-    predicted seconds, `CostLog.speed_factor`) scales each round's predicted seconds."""
+    predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
+    predicted tokens beyond the target's own, against every shape's: `CostLog.yields.relative`) its predicted tokens."""
     speed = speed or (lambda name: 1.0)
-    seconds = {"plain": costs.verify_time(1)}
+    yields = yields or (lambda name: 1.0)
+    seconds, per_row = {"plain": costs.verify_time(1)}, {}
     plain_speed = costs.batch_size / (seconds["plain"] * speed("plain"))
     predictions = {"plain": plain_speed}
     best, best_speed = DraftShape(), plain_speed
@@ -194,12 +200,14 @@ def choose_shape(
             tokens, seconds[name] = lookup_round(shape, costs, tokens, lookup)
         else:
             seconds[name] = round_time(shape, costs, tokens)
+        per_row[name] = tokens
+        tokens = 1.0 + (tokens - 1.0) * yields(name)
         predictions[name] = costs.batch_size * tokens / (seconds[name] * speed(name))
         if predictions[name] > best_speed * (1 + 1e-9):
             best, best_speed = shape, predictions[name]
     if best_speed <= plain_speed * (1 + margin):
         best, best_speed = DraftShape(), plain_speed
-    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds)
+    return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds, per_row)
 
 
 TIMED_ROUNDS = 2  # plain rounds timed before the first choice; a probe whose cost ends the probing is timed again
@@ -232,7 +240,8 @@ class ShapeTuner:
     next process: `costs_file`), the drafter's per-depth acceptance (`DepthAcceptance`, shared by every call of this
     drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
     drifting acceptance (long answers, code after chat) moves the choice; each round of the whole batch is timed
-    against its price (`CostLog.timed_round`), so that a shape running dearer than priced gives way. While plain
+    against its price and its tokens against those predicted (`CostLog.speed`, `CostLog.yields`), so that a shape
+    running dearer or yielding less than priced gives way. While plain
     decoding is chosen, a round drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
 
     Once rows of a batch have finished, the rounds over the rows left (fewer, so verifying a wider draft costs
@@ -305,7 +314,8 @@ class ShapeTuner:
                     self.calibration,
                     self.log.margin(),
                     self.lookup,
-                    self.log.speed_factor,
+                    self.log.speed.factor,
+                    self.log.yields.relative,
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen = self.shape.is_plain
@@ -371,24 +381,29 @@ class ShapeTuner:
         width: int | None = None,
         rows: int | None = None,
         seconds: float | None = None,
+        yielded: float | None = None,
     ) -> None:
         """One round of `shape` over `rows` rows (default the batch): its verification time (of `width` tokens per
         row, default the shape's), its drafter steps as (nodes per row, seconds), and the drafted tokens the target
-        accepted (per row the drafter drafted; None: lookup drafted every row alone), and the whole round's `seconds`
-        (default verification and steps), timed against its price (`CostLog.speed_factor`). A round over fewer rows
-        than the batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
+        accepted (per row the drafter drafted; None: lookup drafted every row alone), the whole round's `seconds`
+        (default verification and steps) and the tokens it appended per row (`yielded`, lookup's included), held
+        against what its choice predicted (`CostLog.speed`, `CostLog.yields`). A round over fewer rows than the
+        batch (rows have finished) costs less: its times go to the log of its row count (`log_for`)."""
         self.rounds += 1
         full = rows is None or rows == self.log.batch_size
         log = self.log if full else self.log_for(rows, left_of=self.log.batch_size)
+        name = str(shape)
+        counted = full and not self.probing and self.choice is not None
         # the whole round against its price, where the drafter's first step read one round's tokens: after a round
         # without it (a call's first, a plain one) it reads them all, which no shape's price holds
-        current = shape.is_plain or self.drafted_last
-        name = str(shape)
-        price = self.choice.seconds.get(name) if full and current and not self.probing and self.choice else None
+        price = self.choice.seconds.get(name) if counted and (shape.is_plain or self.drafted_last) else None
         if price is not None:
             if seconds is None:
                 seconds = verify_seconds + sum(step for _, step in draft_steps)
-            self.log.timed_round(name, seconds, price)
+            self.log.speed.add(name, seconds, price)
+        predicted = self.choice.tokens.get(name) if counted else None
+        if predicted is not None and yielded is not None:
+            self.log.yields.add(name, yielded - 1.0, predicted - 1.0)
         self.drafted_last = bool(draft_steps)
         log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
         for nodes, step in draft_steps:
@@ -510,6 +525,7 @@ class RoundTimer:
             width=width,
             rows=len(trees),
             seconds=end - self.started,
+            yielded=tokens / len(trees),
         )
         if full:  # the measured speed-up compares rounds of the whole batch with its plain rounds
             self.tokens += tokens

@@ -17,6 +17,7 @@ EXPLORE = (
 )
 SKIPPED = "tests/test_shapes_slimspec.py::test_the_trees_a_choice_skips_are_never_the_fastest"
 DEARER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_run_dearer_than_priced_gives_way"
+FEWER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -548,28 +549,34 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a round's time is not held against its price",
-        edits=(Edit("shapes_slimspec.py", "            self.log.timed_round(", "            (lambda *a: None)("),),
+        edits=(Edit("shapes_slimspec.py", "            self.log.speed.add(", "            (lambda *a: None)("),),
         tests=(DEARER,),
     ),
     Mutant(
         name="auto shapes: the choice ignores how much dearer than priced each shape ran",
         edits=(
-            Edit("shapes_slimspec.py", "                    self.log.speed_factor,\n", "                    None,\n"),
+            Edit("shapes_slimspec.py", "                    self.log.speed.factor,\n", "                    None,\n"),
         ),
         tests=(DEARER,),
     ),
     Mutant(
-        name="auto shapes: a shape's speed factor is the pooled one, not its own rounds'",
+        name="auto shapes: a shape's own ratio (speed, tokens) is the pooled one, not its own rounds'",
         edits=(Edit("costs_slimspec.py", "(own_measured + PRIOR_ROUNDS", "(own_predicted * pooled + PRIOR_ROUNDS"),),
         tests=(DEARER,),
     ),
     Mutant(
         name="auto shapes: a round whose drafter caught up on a plain round is timed against its shape's price",
-        edits=(Edit("shapes_slimspec.py", "current = shape.is_plain or self.drafted_last", "current = True"),),
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if counted and (shape.is_plain or self.drafted_last) else None",
+                "if counted else None",
+            ),
+        ),
         tests=(DEARER,),
     ),
     Mutant(
-        name="auto shapes: a shape's timed rounds are never forgotten",
+        name="auto shapes: a shape's counted rounds are never forgotten",
         edits=(Edit("costs_slimspec.py", "        if sums[2] > ROUNDS_KEPT:\n", "        if False:\n"),),
         tests=(DEARER,),
     ),
@@ -585,5 +592,35 @@ MUTANTS = [
         tests=(
             "tests/test_shapes_slimspec.py::test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield",
         ),
+    ),
+    Mutant(
+        name="auto shapes: a round's tokens are not held against those predicted",
+        edits=(Edit("shapes_slimspec.py", "            self.log.yields.add(", "            (lambda *a: None)("),),
+        tests=(FEWER,),
+    ),
+    Mutant(
+        name="auto shapes: the choice ignores how many fewer tokens than predicted each shape yielded",
+        edits=(
+            Edit(
+                "shapes_slimspec.py", "                    self.log.yields.relative,\n", "                    None,\n"
+            ),
+        ),
+        tests=(FEWER,),
+    ),
+    Mutant(
+        name="auto shapes: a shape's tokens are scaled by its own ratio, counting the calibration's share twice",
+        edits=(Edit("costs_slimspec.py", "        return factor / self.pooled[0]\n", "        return factor\n"),),
+        tests=(FEWER,),
+    ),
+    Mutant(
+        name="auto shapes: a probe's round is held against a choice's prediction",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "counted = full and not self.probing and self.choice is not None",
+                "counted = full and self.choice is not None",
+            ),
+        ),
+        tests=(FEWER,),
     ),
 ]
