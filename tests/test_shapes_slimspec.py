@@ -154,10 +154,12 @@ def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
     assert timer.tokens == 8 and timer.seconds == pytest.approx(0.20) and tuner.accepted == 2.0
 
 
-def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
+def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count(monkeypatch):
     """A batch of 8 whose every verified token costs as much as the first decodes plain; once 6 of its rows have
     finished, the 2 left verify about as a batch of 4 does (a plain round between the 1- and 4-row ones measured,
-    wider ones growing as at 4 rows), and drafting pays for them. Where 2-row rounds were timed, their cost counts."""
+    wider ones growing as at 4 rows), and drafting pays for them; the next call's rows left start from that choice.
+    Where 2-row rounds were timed, their cost counts."""
+    from slimspec_hf import shapes_slimspec
     from slimspec_hf.costs_slimspec import costs_at_rows
 
     acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
@@ -185,8 +187,17 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count():
     tuner.probes.clear()
     assert tuner.next_shape(8).is_plain and tuner.choice.shape.is_plain
     shape = tuner.next_shape(2)
-    assert not shape.is_plain and tuner.partial[2].speedup > 1.1, tuner.partial[2]
+    assert not shape.is_plain and left.choice.speedup > 1.1, left.choice
     assert tuner.next_shape(8).is_plain  # the whole batch's choice stands
+    again = ShapeTuner(logs[8], acceptance, start=DraftShape(4, 1, 4), log_for=log_for)  # the next call
+    again.probes.clear()
+    again.next_shape(8)  # the batch's own choice
+    chosen = []
+    monkeypatch.setattr(shapes_slimspec, "choose_shape", lambda *a, **k: chosen.append(a) or left.choice)
+    assert [again.next_shape(2) for _ in range(again.every - 1)] == [shape] * (again.every - 1) and not chosen
+    again.next_shape(2)  # `every` rounds over 2 rows left since their last choice: chosen again
+    assert len(chosen) == 1
+    monkeypatch.undo()
 
     left.add_verify(shape.size + 1, 1.0)  # timed over the 2 rows left: a second per round, whatever the curves say
     timed = costs_at_rows(2, list(logs.values()), left)

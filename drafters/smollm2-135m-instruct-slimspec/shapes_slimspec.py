@@ -263,7 +263,6 @@ class ShapeTuner:
         # (rows, left_of=0) -> the log of that batch size, or of the rows left of a batch of `left_of` (`cost_log`;
         # by default one not kept), looked up once
         self.log_for = functools.lru_cache(maxsize=None)(log_for or (lambda rows, left_of=0: CostLog(rows)))
-        self.partial: dict[int, ShapeChoice] = {}  # rows left -> the shape chosen for them, re-chosen every `every`
         self.timed_rows: set[int] = set()  # the row counts below the batch whose rounds were timed (kept by `save`)
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
         self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
@@ -337,19 +336,23 @@ class ShapeTuner:
 
     def fewer_rows(self, rows: int) -> DraftShape:
         """The shape for a round over the `rows` rows left of the batch: chosen from the costs at that row count
-        (`costs_at_rows`, from the logs of the batch sizes measured) and again every `every` rounds."""
-        if rows not in self.partial or self.rounds % self.every == 0:
+        (`costs_at_rows`, from the logs of the batch sizes measured) and again after every `every` rounds over that
+        many rows left, this call's or an earlier one's (the choice is kept with that count's log)."""
+        left = self.log_for(rows, left_of=self.log.batch_size)
+        if left.choice is None or left.rounds_since_choice >= self.every:
             logs = [self.log_for(r) for r in range(1, self.log.batch_size)] + [self.log]
-            costs = costs_at_rows(rows, logs, self.log_for(rows, left_of=self.log.batch_size))
+            costs = costs_at_rows(rows, logs, left)
             if costs is None:
                 return self.shape
             candidates = candidate_shapes(
                 len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks, bool(self.lookup)
             )
-            self.partial[rows] = choose_shape(
+            left.choice = choose_shape(
                 candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
             )
-        return self.partial[rows].shape
+            left.rounds_since_choice = 0
+        left.rounds_since_choice += 1
+        return left.choice.shape
 
     def best_drafting(self) -> DraftShape:
         """The drafting shape the last choice predicted fastest (plain where it predicted none)."""

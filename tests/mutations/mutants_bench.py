@@ -269,6 +269,28 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        name="auto shapes: each call chooses afresh for the rows left of its batch",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if left.choice is None or left.rounds_since_choice >= self.every:",
+                "if True:",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: the rows left's kept choice is never made again",
+        edits=(
+            Edit("shapes_slimspec.py", "left.rounds_since_choice >= self.every:", "left.rounds_since_choice < 0:"),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count",
+        ),
+    ),
+    Mutant(
         name="auto shapes: the rows left of a batch price a plain round as the batch size above",
         edits=(Edit("costs_slimspec.py", "share = (rows - lower) / (upper - lower) if", "share = 1.0 if"),),
         tests=(
