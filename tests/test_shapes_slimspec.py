@@ -11,6 +11,7 @@ from slimspec_hf.costs_slimspec import CostLog, RoundCosts
 from slimspec_hf.shapes_slimspec import (
     EXPLORE_AFTER,
     PLAIN_EVERY,
+    SWITCH_MARGIN,
     DraftShape,
     LookupRate,
     RoundTimer,
@@ -317,6 +318,40 @@ def test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way():
     assert list(tuner.log.yields.sums.get(str(shape), ())) == before
     tuner.observe(shape, verify(shape.size + 1), [(2, 0.002)], None, yielded=9.0)
     assert tuner.log.yields.sums[str(shape)][0] > (before or [0.0])[0]
+
+
+def test_a_shape_gives_way_only_to_one_predicted_faster_by_more_than_the_prices_own_error():
+    """A choice keeps the current drafting shape unless another is predicted `SWITCH_MARGIN` faster (the best few
+    shapes are priced within 1-2% of each other, their measured speeds differ more); the call starts from the
+    settings' own shape, priced among the candidates though no candidate list holds it (top-k 3)."""
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+    costs = RoundCosts(batch_size=4, verify=tuple(0.050 + 0.004 * n for n in range(1, 17)), draft=(0.004,) * 8)
+    candidates = candidate_shapes(max_size=15)
+    free = choose_shape(candidates, costs, acceptance)
+    ranked = sorted((p, name) for name, p in free.predictions.items() if name != "plain")
+    best = ranked[-1][0]
+    close = next(s for s in candidates if ranked[-2][1] == str(s))  # the runner-up
+    far = next(s for s in candidates if str(s) == next(n for p, n in ranked if p < best / (1 + SWITCH_MARGIN)))
+    assert best / free.predictions[str(close)] - 1 < SWITCH_MARGIN
+    assert choose_shape(candidates, costs, acceptance, current=close).shape == close
+    assert choose_shape(candidates, costs, acceptance, current=far).shape == free.shape
+    slower = best / free.predictions["plain"] / 1.02  # every drafting shape's rounds priced so, the best is 2% ahead
+
+    def speed(name):
+        return 1.0 if name == "plain" else slower
+
+    from_plain = choose_shape(candidates, costs, acceptance, speed=speed, current=DraftShape())
+    assert from_plain.shape == free.shape  # from plain decoding, drafting needs only to beat it by `margin`
+
+    start = DraftShape(3, 1, 3, lookup=False)
+    tuner = ShapeTuner(CostLog(batch_size=4), acceptance, start=start)
+    tuner.probes.clear()
+    for n in (1, *range(1, 17)):  # two plain rounds timed, then every width
+        tuner.log.add_verify(n, costs.verify_time(n))
+    for w in range(1, 9):
+        tuner.log.add_draft(w, 0.004)
+    tuner.next_shape()
+    assert str(start) in tuner.choice.predictions and start not in candidate_shapes(max_size=15)
 
 
 def test_a_batch_whose_verification_grows_with_rows_decodes_plain_sooner():

@@ -161,6 +161,13 @@ def dominated(shape: DraftShape, tables: dict) -> bool:
     return False
 
 
+# a drafting shape gives way to another only where that one is predicted this much faster: at 4 rows, greedy, the
+# best few shapes are priced within 1-2% of each other while their rounds measured up to 7% apart (tree 3/1/3 +
+# lookup 84.5 tokens/s over the calls' full-batch rounds, the shapes a choice without it moved among 79), so moving
+# on such a prediction follows the prices' own error, and each move tries a shape that may be slower
+SWITCH_MARGIN = 0.03
+
+
 def choose_shape(
     candidates: list[DraftShape],
     costs: RoundCosts,
@@ -170,9 +177,11 @@ def choose_shape(
     lookup: LookupRate | None = None,
     speed=None,
     yields=None,
+    current: DraftShape | None = None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
-    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`). `calibration` scales the predicted
+    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`); the `current` drafting shape (a candidate)
+    where none beats it by more than `margin` or `SWITCH_MARGIN`. `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
     lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
     predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
@@ -205,6 +214,9 @@ def choose_shape(
         predictions[name] = costs.batch_size * tokens / (seconds[name] * speed(name))
         if predictions[name] > best_speed * (1 + 1e-9):
             best, best_speed = shape, predictions[name]
+    kept = predictions.get(str(current)) if current is not None and not current.is_plain else None
+    if kept is not None and best_speed <= kept * (1 + max(margin, SWITCH_MARGIN)):
+        best, best_speed = current, kept
     if best_speed <= plain_speed * (1 + margin):
         best, best_speed = DraftShape(), plain_speed
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds, per_row)
@@ -267,7 +279,7 @@ class ShapeTuner:
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
         self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
-        self.shape, self.rounds = start, 0
+        self.shape, self.start, self.rounds = start, start, 0
         self.probing = False  # the coming round measures a probe's width: it drafts without lookup's grafts
         self.predicted = self.accepted = 0.0
         self.choice: ShapeChoice | None = None
@@ -306,6 +318,8 @@ class ShapeTuner:
             if costs is not None:
                 max_size, lookup = len(costs.verify) - 1, self.lookup is not None
                 self.candidates = candidate_shapes(max_size, self.acceptance.max_depth, self.top_ks, lookup)
+                if self.start not in self.candidates and not self.start.is_plain:  # the settings' own shape
+                    self.candidates = (*self.candidates, self.start)
                 self.choice = choose_shape(
                     self.candidates,
                     costs,
@@ -315,6 +329,7 @@ class ShapeTuner:
                     self.lookup,
                     self.log.speed.factor,
                     self.log.yields.relative,
+                    current=self.shape,
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen = self.shape.is_plain
@@ -348,7 +363,13 @@ class ShapeTuner:
                 len(costs.verify) - 1, self.acceptance.max_depth, self.top_ks, bool(self.lookup)
             )
             left.choice = choose_shape(
-                candidates, costs, self.acceptance, self.calibration, self.log.margin(), self.lookup
+                candidates,
+                costs,
+                self.acceptance,
+                self.calibration,
+                self.log.margin(),
+                self.lookup,
+                current=left.choice.shape if left.choice is not None else None,
             )
             left.rounds_since_choice = 0
         left.rounds_since_choice += 1
@@ -425,7 +446,7 @@ def round_timer(settings, target, drafter, shape, batch_size: int, context: int,
     `TreeShape`) with what this process measured for the target at this batch size and for the drafter."""
     if settings.draft_shape != "auto":
         return None
-    start = DraftShape(shape.size, shape.depth, shape.top_k)
+    start = DraftShape(shape.size, shape.depth, shape.top_k, lookup=bool(settings.draft_lookup) and shape.size > 0)
     lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
     log = cost_log(target, drafter, batch_size, context, sampled)
     log_for = functools.partial(cost_log, target, drafter, context=context, sampled=sampled)
@@ -569,5 +590,6 @@ __all__ = [
     "round_time",
     "ShapeChoice",
     "choose_shape",
+    "SWITCH_MARGIN",
     "dominated",
 ]

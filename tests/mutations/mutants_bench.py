@@ -18,6 +18,7 @@ EXPLORE = (
 SKIPPED = "tests/test_shapes_slimspec.py::test_the_trees_a_choice_skips_are_never_the_fastest"
 DEARER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_run_dearer_than_priced_gives_way"
 FEWER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way"
+SWITCH = "tests/test_shapes_slimspec.py::test_a_shape_gives_way_only_to_one_predicted_faster_by_more_than_the_prices_own_error"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -644,5 +645,38 @@ MUTANTS = [
             ),
         ),
         tests=(FEWER,),
+    ),
+    Mutant(
+        name="auto shapes: a shape gives way to any predicted faster, however slightly",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if kept is not None and best_speed <= kept * (1 + max(margin, SWITCH_MARGIN)):",
+                "if False:",
+            ),
+        ),
+        tests=(SWITCH,),
+    ),
+    Mutant(
+        name="auto shapes: plain decoding is kept as a drafting shape is (drafting must beat it by the switch margin)",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if current is not None and not current.is_plain else None",
+                "if current is not None else None",
+            ),
+        ),
+        tests=(SWITCH,),
+    ),
+    Mutant(
+        name="auto shapes: the settings' own shape is not priced where no candidate list holds it",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if self.start not in self.candidates and not self.start.is_plain:",
+                "if False:",
+            ),
+        ),
+        tests=(SWITCH,),
     ),
 ]
