@@ -25,8 +25,8 @@ it grafts onto, so those rounds verify size + 1 + (1 - (1 - g)^B) · n_g tokens 
 from the text decoded, G, g and n_g from the rounds that drafted with lookup (`LookupRate`). Each T is scaled by what
 that shape's rounds measured against their price (`CostLog.speed`), and each E - 1 by the tokens they gained against
 those predicted, relative to every shape's (`CostLog.yields`: what the model above misses for one shape, as lookup's
-grafts on a wider root). The
-shape with the most tokens per second, B · E / T, is used; plain decoding when none beats it.
+grafts on a wider root). The shape with the most tokens per second, B · E / T, is used (the current drafting shape
+unless another is predicted `SWITCH_MARGIN` faster); plain decoding when none beats it.
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
@@ -253,8 +253,8 @@ class ShapeTuner:
     drafter) and `calibration`: how many of the tokens predicted for the shapes used were accepted, so that a
     drifting acceptance (long answers, code after chat) moves the choice; each round of the whole batch is timed
     against its price and its tokens against those predicted (`CostLog.speed`, `CostLog.yields`), so that a shape
-    running dearer or yielding less than priced gives way. While plain
-    decoding is chosen, a round drafts now and then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
+    running dearer or yielding less than priced gives way. While plain decoding is chosen, a round drafts now and
+    then (`EXPLORE_AFTER`), so that the acceptance keeps being measured.
 
     Once rows of a batch have finished, the rounds over the rows left (fewer, so verifying a wider draft costs
     less) are timed in the log of their own row count (`log_for`) and shaped from the costs at that count
