@@ -157,9 +157,10 @@ def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
 
 def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count(monkeypatch):
     """A batch of 8 whose every verified token costs as much as the first decodes plain; once 6 of its rows have
-    finished, the 2 left verify about as a batch of 4 does (a plain round between the 1- and 4-row ones measured,
-    wider ones growing as at 4 rows), and drafting pays for them; the next call's rows left start from that choice.
-    Where 2-row rounds were timed, their cost counts."""
+    finished, the 2 left verify about as a batch of 4 does (a plain round between the 1- and 4-row ones measured, a
+    wider one adding the work of its extra tokens: what the batch sizes around added, scaled to 2 rows), and drafting
+    pays for them; the next call's rows left start from that choice. Where 2-row rounds were timed, their cost
+    counts."""
     from slimspec_hf import shapes_slimspec
     from slimspec_hf.costs_slimspec import costs_at_rows
 
@@ -176,7 +177,8 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count(mon
     costs = costs_at_rows(2, list(logs.values()))
     plain = 0.040 + (0.055 - 0.040) / 3
     assert costs.batch_size == 2 and costs.verify_time(1) == pytest.approx(plain)
-    assert costs.verify_time(5) == pytest.approx(plain * 0.075 / 0.055) and costs.draft_time(3) == pytest.approx(0.002)
+    added = (1 / 3) * (2 / 4) * (0.075 - 0.055)  # 4 rows' addition at width 5, for 2 rows; one row added nothing
+    assert costs.verify_time(5) == pytest.approx(plain + added) and costs.draft_time(3) == pytest.approx(0.002)
     assert len(costs.draft) == 8  # the drafter's steps as wide as either side measured them
 
     left = CostLog(batch_size=2)  # the 2 rows left of a batch of 8
@@ -528,6 +530,15 @@ def test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_prob
     least its verification plus a step per level, so the probing stops before the widest, deepest probes."""
     tuner, used = simulate(verify=lambda n: 0.100 + 0.001 * n, draft=lambda w: 0.060, ranks=RANKS)
     assert max(s.size for s in used) <= 15, sorted({s.size for s in used})
+
+
+def test_probing_stops_where_the_cost_per_token_so_far_rules_out_the_wider_probes():
+    """Every verified token adds an eighth of a plain round and the drafter's guesses are seldom taken (a batch of 8,
+    sampled): a 32-wide probe would cost more than its tokens pay for at the average cost per token measured up to
+    16 wide, so it is not run (nor the 64-wide one), where the widest measured width alone would not rule it out."""
+    ranks = (0.35, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01)
+    tuner, used = simulate(verify=lambda n: 0.085 + 0.010 * (n - 1), draft=lambda w: 0.004, ranks=ranks)
+    assert max(s.size for s in used) < 31, sorted({s.size for s in used})
 
 
 def test_a_call_that_chose_plain_on_unlucky_probes_keeps_drafting_now_and_then_and_returns_to_it():

@@ -382,14 +382,21 @@ class ShapeTuner:
         return max(drafting, key=lambda s: predicted[str(s)], default=DraftShape())
 
     def may_pay(self, probe: DraftShape) -> bool:
-        """Whether a round of `probe` could beat plain decoding: the least it can cost — the widest verification
-        measured so far (no wider than the probe, so no dearer) and one drafter step per level at the cheapest step
-        measured — is less than the tokens the probe is expected to yield, in plain rounds (at 8 rows, bf16, probes
-        of widths 32 and 64 had cost 0.25 and 0.42 s a round against 78 ms for a plain one)."""
+        """Whether a round of `probe` could beat plain decoding: the least it can cost is less than the tokens it is
+        expected to yield, in plain rounds. Its verification costs at least what the widest measured so far costs
+        plus, per token more, the average a token added up to there (a token costs the more the wider the round:
+        its kernels leave their memory-bound floor, its attention reads more); its drafter steps one over the round's
+        tokens and one per further level over `top_k` nodes, each at the cheapest step measured that wide. At 8
+        rows, sampled, widths 16 and 32 had cost 0.26 and 0.38-0.93 s a round against 85 ms for a plain one, for 1.9
+        and 1.3 tokens a row."""
         costs = self.log.costs()
         if costs is None:
             return True
-        least = costs.verify_time(len(costs.verify)) + probe.depth * costs.draft_time(1)
+        width, widest = probe.size + 1, len(costs.verify)
+        verify = costs.verify_time(min(width, widest))
+        if width > widest > 1:
+            verify += (width - widest) * (verify - costs.verify_time(1)) / (widest - 1)
+        least = verify + costs.draft_time(1) + (probe.depth - 1) * costs.draft_time(probe.top_k)
         return least < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
 
     def best_of_size(self, size: int) -> DraftShape:

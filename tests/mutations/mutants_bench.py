@@ -608,12 +608,32 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "least = costs.verify_time(len(costs.verify)) + probe.depth",
-                "least = costs.verify_time(len(costs.verify)) + 0",
+                "least = verify + costs.draft_time(1) + (probe.depth - 1) * costs.draft_time(probe.top_k)",
+                "least = verify",
             ),
         ),
         tests=(
             "tests/test_shapes_slimspec.py::test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: a probe's least verification is the widest measured, whatever its width",
+        edits=(Edit("shapes_slimspec.py", "        if width > widest > 1:\n", "        if False:\n"),),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_probing_stops_where_the_cost_per_token_so_far_rules_out_the_wider_probes",
+        ),
+    ),
+    Mutant(
+        name="auto shapes: the rows left's wider rounds grow as at the batch size above",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "verify = {w: plain + blend(added(w)) for w",
+                "verify = {w: plain * high.verify_time(w) / high.verify[0] for w",
+            ),
+        ),
+        tests=(
+            "tests/test_shapes_slimspec.py::test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count",
         ),
     ),
     Mutant(
