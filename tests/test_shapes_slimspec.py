@@ -12,6 +12,7 @@ from slimspec_hf.shapes_slimspec import (
     EXPLORE_AFTER,
     PLAIN_EVERY,
     SWITCH_MARGIN,
+    TIMED_ROUNDS,
     DraftShape,
     LookupRate,
     RoundTimer,
@@ -206,6 +207,28 @@ def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count(mon
     timed = costs_at_rows(2, list(logs.values()), left)
     assert timed.verify_time(shape.size + 1) > 2 * costs.verify_time(shape.size + 1)
     assert timed.verify_time(1) > 2 * costs.verify_time(1)  # the curve scaled to the level its own rounds ran at
+
+
+def test_a_new_batch_size_prices_its_rounds_from_a_smaller_ones_costs_without_probing():
+    """One row measured its curve (nearly flat: the weights are read whatever the width). A first call of 4 rows
+    times its plain rounds and then chooses at once, from one row's curve brought to 4 rows (what a wider round adds,
+    times 4) at the level of its own plain rounds: no probe."""
+    logs = {rows: CostLog(batch_size=rows) for rows in range(1, 5)}
+    for n in range(1, 17):
+        logs[1].add_verify(n, 0.040 + 0.001 * (n - 1))
+    for w in range(1, 9):
+        logs[1].add_draft(w, 0.002)
+    acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
+    tuner = ShapeTuner(logs[4], acceptance, start=DraftShape(4, 1, 4), log_for=lambda rows, left_of=0: logs[rows])
+    assert tuner.estimated and not tuner.probes
+    for _ in range(TIMED_ROUNDS):
+        shape = tuner.next_shape()
+        assert shape.is_plain
+        tuner.observe(shape, 0.060, [], None, yielded=1.0)
+    costs = tuner.costs()
+    assert costs.verify_time(1) == pytest.approx(0.060) and costs.verify_time(9) == pytest.approx(0.060 + 4 * 0.008)
+    shape = tuner.next_shape()
+    assert not shape.is_plain and not tuner.probing, shape
 
 
 def test_a_flat_verification_curve_picks_a_large_tree():

@@ -277,7 +277,11 @@ class ShapeTuner:
         self.log_for = functools.lru_cache(maxsize=None)(log_for or (lambda rows, left_of=0: CostLog(rows)))
         self.timed_rows: set[int] = set()  # the row counts below the batch whose rounds were timed (kept by `save`)
         self.lookup = lookup  # the call drafts with prompt lookup where it pays (`draft_lookup`): what it would do
-        self.probes = [size for size in probe_sizes if size + 1 not in log.widths()]
+        # the smaller batch sizes' logs (same models, prompt length and mode): where one has measured wider rounds,
+        # this batch size's costs are brought from theirs (`costs`) instead of probed
+        self.smaller = [self.log_for(rows) for rows in range(1, log.batch_size)]
+        self.estimated = any(len(other.widths()) > 1 and other.costs() is not None for other in self.smaller)
+        self.probes = [] if self.estimated else [size for size in probe_sizes if size + 1 not in log.widths()]
         self.retry: int | None = None  # the probe size timed once so far: timed again before its cost ends probing
         self.shape, self.start, self.rounds = start, start, 0
         self.probing = False  # the coming round measures a probe's width: it drafts without lookup's grafts
@@ -289,6 +293,18 @@ class ShapeTuner:
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
         self.explore = log.plain_chosen
+
+    def costs(self) -> RoundCosts | None:
+        """What the choices price: the costs measured at this batch size (`CostLog.costs`), or where a smaller batch
+        size had measured wider rounds (`estimated`: no probing here) theirs brought to this batch's rows
+        (`costs_at_rows`: a wider round adds the target's work on its extra tokens, linear in the rows), moved to the
+        level of this batch size's own rounds, whose widths stand (SmolLM2, bf16: one row's curve, brought to 4 rows,
+        put widths 4 and 8 11 and 20 ms above a plain round, where 4 rows measured 11-19 and 17-25)."""
+        if self.estimated:
+            costs = costs_at_rows(self.log.batch_size, self.smaller, own=self.log)
+            if costs is not None and self.log.verify.get(1):
+                return costs
+        return self.log.costs()
 
     @property
     def calibration(self) -> float:
@@ -314,7 +330,7 @@ class ShapeTuner:
             self.probing = False
             self.probes.clear()  # wider rounds cost more still: none of them can pay here
         if self.choice is None or self.rounds % self.every == 0:
-            costs = self.log.costs()
+            costs = self.costs()
             if costs is not None:
                 max_size, lookup = len(costs.verify) - 1, self.lookup is not None
                 self.candidates = candidate_shapes(max_size, self.acceptance.max_depth, self.top_ks, lookup)

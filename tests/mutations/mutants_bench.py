@@ -19,6 +19,9 @@ SKIPPED = "tests/test_shapes_slimspec.py::test_the_trees_a_choice_skips_are_neve
 DEARER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_run_dearer_than_priced_gives_way"
 FEWER = "tests/test_shapes_slimspec.py::test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way"
 SWITCH = "tests/test_shapes_slimspec.py::test_a_shape_gives_way_only_to_one_predicted_faster_by_more_than_the_prices_own_error"
+NEW_BATCH = (
+    "tests/test_shapes_slimspec.py::test_a_new_batch_size_prices_its_rounds_from_a_smaller_ones_costs_without_probing"
+)
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -615,6 +618,18 @@ MUTANTS = [
         tests=(
             "tests/test_shapes_slimspec.py::test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield",
         ),
+    ),
+    Mutant(
+        name="auto shapes: a new batch size probes although a smaller one measured its costs",
+        edits=(
+            Edit("shapes_slimspec.py", "self.probes = [] if self.estimated else", "self.probes = [] if False else"),
+        ),
+        tests=(NEW_BATCH,),
+    ),
+    Mutant(
+        name="auto shapes: a new batch size prices its rounds from its plain rounds alone",
+        edits=(Edit("shapes_slimspec.py", "        if self.estimated:\n", "        if False:\n"),),
+        tests=(NEW_BATCH,),
     ),
     Mutant(
         name="auto shapes: a probe's least verification is the widest measured, whatever its width",
