@@ -347,8 +347,9 @@ def test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way():
 
 def test_a_shape_gives_way_only_to_one_predicted_faster_by_more_than_the_prices_own_error():
     """A choice keeps the current drafting shape unless another is predicted `SWITCH_MARGIN` faster (the best few
-    shapes are priced within 1-2% of each other, their measured speeds differ more); the call starts from the
-    settings' own shape, priced among the candidates though no candidate list holds it (top-k 3)."""
+    shapes are priced within 1-2% of each other, their measured speeds differ more), and over several rows drafts
+    only where that beats plain decoding by as much; the call starts from the settings' own shape, priced among the
+    candidates though no candidate list holds it (top-k 3)."""
     acceptance = observed([0.6, 0.12, 0.06, 0.04, 0.03, 0.02, 0.01, 0.01])
     costs = RoundCosts(batch_size=4, verify=tuple(0.050 + 0.004 * n for n in range(1, 17)), draft=(0.004,) * 8)
     candidates = candidate_shapes(max_size=15)
@@ -366,7 +367,10 @@ def test_a_shape_gives_way_only_to_one_predicted_faster_by_more_than_the_prices_
         return 1.0 if name == "plain" else slower
 
     from_plain = choose_shape(candidates, costs, acceptance, speed=speed, current=DraftShape())
-    assert from_plain.shape == free.shape  # from plain decoding, drafting needs only to beat it by `margin`
+    assert from_plain.shape.is_plain  # over several rows drafting must beat plain decoding by `SWITCH_MARGIN` too
+    one_row = RoundCosts(batch_size=1, verify=costs.verify, draft=costs.draft)
+    from_plain_one_row = choose_shape(candidates, one_row, acceptance, speed=speed, current=DraftShape())
+    assert from_plain_one_row.shape == free.shape  # one row: `margin` only
 
     start = DraftShape(3, 1, 3, lookup=False)
     tuner = ShapeTuner(CostLog(batch_size=4), acceptance, start=start)

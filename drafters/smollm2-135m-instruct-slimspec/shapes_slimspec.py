@@ -161,10 +161,12 @@ def dominated(shape: DraftShape, tables: dict) -> bool:
     return False
 
 
-# a drafting shape gives way to another only where that one is predicted this much faster: at 4 rows, greedy, the
-# best few shapes are priced within 1-2% of each other while their rounds measured up to 7% apart (tree 3/1/3 +
-# lookup 84.5 tokens/s over the calls' full-batch rounds, the shapes a choice without it moved among 79), so moving
-# on such a prediction follows the prices' own error, and each move tries a shape that may be slower
+# a drafting shape gives way to another only where that one is predicted this much faster, and over several rows
+# plain decoding to a drafting one: at 4 rows, greedy, the best few shapes are priced within 1-2% of each other while
+# their rounds measured up to 7% apart (tree 3/1/3 + lookup 84.5 tokens/s over the calls' full-batch rounds, the
+# shapes a choice without it moved among 79); at 8 rows, sampled, shapes priced 5-8% ahead of plain decoding ran no
+# faster (`auto` 0.97-0.99x the target over 64 questions). Moving on such a prediction follows the prices' own error,
+# and each move tries a shape that may be slower
 SWITCH_MARGIN = 0.03
 
 
@@ -180,8 +182,8 @@ def choose_shape(
     current: DraftShape | None = None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
-    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`); the `current` drafting shape (a candidate)
-    where none beats it by more than `margin` or `SWITCH_MARGIN`. `calibration` scales the predicted
+    than `margin` (relative: the costs' own uncertainty, `CostLog.margin`; over several rows, or than
+    `SWITCH_MARGIN`); the `current` drafting shape (a candidate) where none beats it by more than either. `calibration` scales the predicted
     accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
     lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
     predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
@@ -217,7 +219,7 @@ def choose_shape(
     kept = predictions.get(str(current)) if current is not None and not current.is_plain else None
     if kept is not None and best_speed <= kept * (1 + max(margin, SWITCH_MARGIN)):
         best, best_speed = current, kept
-    if best_speed <= plain_speed * (1 + margin):
+    if best_speed <= plain_speed * (1 + (max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)):
         best, best_speed = DraftShape(), plain_speed
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds, per_row)
 

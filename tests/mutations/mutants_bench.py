@@ -406,7 +406,13 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: any predicted gain leaves plain decoding",
-        edits=(Edit("shapes_slimspec.py", "if best_speed <= plain_speed * (1 + margin):", "if False:"),),
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "    if best_speed <= plain_speed * (1 + (max(margin,",
+                "    if False and (1 + (max(margin,",
+            ),
+        ),
         tests=(MARGIN,),
     ),
     Mutant(
@@ -618,6 +624,28 @@ MUTANTS = [
         tests=(
             "tests/test_shapes_slimspec.py::test_probing_stops_where_the_drafters_steps_alone_outweigh_what_a_wider_probe_could_yield",
         ),
+    ),
+    Mutant(
+        name="auto shapes: over several rows drafting needs only the costs' own margin over plain decoding",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "(max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)",
+                "margin",
+            ),
+        ),
+        tests=(SWITCH,),
+    ),
+    Mutant(
+        name="auto shapes: one row's drafting needs the switch margin over plain decoding",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "(max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)",
+                "max(margin, SWITCH_MARGIN)",
+            ),
+        ),
+        tests=(SWITCH,),
     ),
     Mutant(
         name="auto shapes: a new batch size probes although a smaller one measured its costs",
