@@ -183,8 +183,8 @@ def choose_shape(
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`; over several rows, or than
-    `SWITCH_MARGIN`); the `current` drafting shape (a candidate) where none beats it by more than either. `calibration` scales the predicted
-    accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
+    `SWITCH_MARGIN`); the `current` drafting shape (a candidate) where none beats it by more than either.
+    `calibration` scales the predicted accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
     lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
     predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
     predicted tokens beyond the target's own, against every shape's: `CostLog.yields.relative`) its predicted tokens."""
@@ -373,8 +373,7 @@ class ShapeTuner:
         many rows left, this call's or an earlier one's (the choice is kept with that count's log)."""
         left = self.log_for(rows, left_of=self.log.batch_size)
         if left.choice is None or left.rounds_since_choice >= self.every:
-            logs = [self.log_for(r) for r in range(1, self.log.batch_size)] + [self.log]
-            costs = costs_at_rows(rows, logs, left)
+            costs = costs_at_rows(rows, [*self.smaller, self.log], left)
             if costs is None:
                 return self.shape
             candidates = candidate_shapes(
