@@ -227,13 +227,16 @@ class CostLog:
                 pools[-1] = [ws + ws2, (v * n + v2 * n2) / (n + n2), n + n2]
         points = {w: value for ws, value, _ in pools for w in ws}
         widths = sorted(points)
-        values, best = [], 0.0
+        values, best, i = [], 0.0, 0  # widths[i]: the widest measured width up to n (the narrowest below it)
         for n in range(1, widths[-1] + 1):
-            low = max((w for w in widths if w <= n), default=widths[0])
-            high = min(w for w in widths if w >= n)
-            value = (
-                points[low] if high == low else points[low] + (n - low) / (high - low) * (points[high] - points[low])
-            )
+            while i + 1 < len(widths) and widths[i + 1] <= n:
+                i += 1
+            low = widths[i]
+            if n <= low:
+                value = points[low]
+            else:
+                high = widths[i + 1]
+                value = points[low] + (n - low) / (high - low) * (points[high] - points[low])
             best = max(best, value)
             values.append(best)
         return tuple(values)
