@@ -37,6 +37,13 @@ def missing_extra(err: ImportError) -> str | None:
     return f'this needs `{name}`, which is not installed: pip install "slimspec-hf[{EXTRAS[name]}]"'
 
 
+def _umask() -> int:
+    """The process's file-creation mask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yields a temporary path beside `path`; when the block succeeds it replaces `path`, else it is removed.
@@ -52,6 +59,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp makes the file private (0600); give it the mode a plain `open(path, "w")` would have
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -79,4 +79,15 @@ MUTANTS = [
         edits=(Edit(RECOVER, '        generator.set_state(saved["generator"])\n', "        pass\n"),),
         tests=(RECOVER_RESUME,),
     ),
+    Mutant(
+        name="files are written private to their owner (a server run as another user cannot read a saved drafter)",
+        edits=(
+            Edit(
+                "utils.py",
+                "        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())\n",
+                "",
+            ),
+        ),
+        tests=("tests/test_utils.py::test_a_new_file_gets_the_mode_a_plain_write_gives",),
+    ),
 ]
