@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -655,3 +656,32 @@ def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(tmp_path, monkeypatch):
     assert emulated_bf16_warning(config()) is None
     monkeypatch.setattr(targets, "cpu_has_native_bf16", lambda: True)
     assert emulated_bf16_warning(config(bf16=True, target_dtype="bfloat16")) is None
+
+
+_HEAP_PROBE = """
+import sys, torch
+from slimspec_hf.training.config import SlimSpecConfig
+from slimspec_hf.training.trainer import reuse_freed_memory
+config = SlimSpecConfig(output_dir=sys.argv[1], use_cpu=True, report_to="none", cpu_reuse_memory=sys.argv[2] == "1")
+applied = reuse_freed_memory(config)
+big = torch.empty(64, 262144)  # one (rows, vocabulary) fp32 chunk of Gemma-3's loss: 64 MiB
+heap = [line.split()[0].split("-") for line in open("/proc/self/maps") if line.rstrip().endswith("[heap]")]
+print(applied, any(int(lo, 16) <= big.data_ptr() < int(hi, 16) for lo, hi in heap))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
+def test_on_a_cpu_a_loss_sized_tensor_comes_from_the_reused_heap_not_a_fresh_mapping(tmp_path):
+    # in a child process: the setting holds for the whole process
+    def probe(enabled: bool) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", _HEAP_PROBE, str(tmp_path), "1" if enabled else "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return run.stdout.split()
+
+    assert probe(True) == ["True", "True"]  # applied, and the 64 MiB tensor lies in the heap
+    assert probe(False) == ["False", "False"]  # glibc's default: its own mapping, page-faulted afresh

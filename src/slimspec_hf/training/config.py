@@ -245,6 +245,14 @@ class SlimSpecConfig(TrainingArguments):
             "spin-wait slowdowns of oversubscription)."
         },
     )
+    cpu_reuse_memory: bool = field(
+        default=True,
+        metadata={
+            "help": "On a CPU with glibc, keep freed memory in the process for reuse (no `mmap` per large tensor): "
+            "the loss's (rows, vocabulary) tensors are otherwise mapped and page-faulted afresh at each allocation "
+            "(Gemma-3-270M, bf16, 1 thread: 2.0x the tokens/s). The process keeps its peak memory until it ends."
+        },
+    )
     max_train_seconds: float | None = field(
         default=None,
         metadata={

@@ -8,10 +8,12 @@ with the embedding of the ground-truth token k+1 ahead. The loss is the forward 
 full vocabulary, weighted by `step_loss_decay**k` (see `losses.py`).
 """
 
+import ctypes
 import dataclasses
 import logging
 import math
 import os
+import platform
 from collections import defaultdict
 from pathlib import Path
 
@@ -61,6 +63,27 @@ def emulated_bf16_warning(args: SlimSpecConfig) -> str | None:
         "training runs an order of magnitude slower than in fp32. Pass --bf16 false --target_dtype float32 "
         "(or target_dtype auto), or train on a CPU that computes bf16 natively."
     )
+
+
+# glibc's mallopt parameters: the trim threshold (free memory above it at the heap's top goes back to the system) and
+# the number of allocations served by `mmap` (0: none, every allocation comes from the heap and is reused when freed)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def reuse_freed_memory(args: SlimSpecConfig) -> bool:
+    """On a CPU and glibc (`cpu_reuse_memory`), makes every allocation come from the heap and keeps what is freed.
+
+    glibc serves an allocation of 32 MiB or more with a fresh `mmap` and unmaps it when freed, so each of the loss's
+    (rows, vocabulary) fp32 tensors (64 rows of Gemma-3's 262,144 tokens: 64 MiB) is page-faulted in afresh: an
+    allocation and first write of one cost 21.6 ms, 6.5 ms from the heap. Returns whether the setting was applied."""
+    on_cpu = args.use_cpu or not torch.cuda.is_available()
+    if not (args.cpu_reuse_memory and on_cpu and platform.libc_ver()[0] == "glibc"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def _active_module(module: nn.Module) -> nn.Module:
@@ -186,6 +209,7 @@ class SlimSpecTrainer(Trainer):
         args = self._check_args(args)
         if args.cpu_threads:
             torch.set_num_threads(args.cpu_threads)
+        reuse_freed_memory(args)
         warning = emulated_bf16_warning(args)
         if warning:
             logger.warning(warning)
