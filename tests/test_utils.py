@@ -14,14 +14,14 @@ def _mode(path) -> int:
 
 
 def test_a_new_file_gets_the_mode_a_plain_write_gives(tmp_path):
-    mask = os.umask(0o022)
+    mask = os.umask(0o027)
     try:
         atomic_write(tmp_path / "new.json", "{}")
         (tmp_path / "plain.json").write_text("{}")
     finally:
         os.umask(mask)
-    # readable by the group and others, as `open(path, "w")` makes it: a server run as another user can load it
-    assert _mode(tmp_path / "new.json") == _mode(tmp_path / "plain.json") == 0o644
+    # what `open(path, "w")` makes under this mask (not mkstemp's 0600): the group can read it, as it can a plain file
+    assert _mode(tmp_path / "new.json") == _mode(tmp_path / "plain.json") == 0o640
 
 
 def test_a_replaced_file_keeps_its_mode(tmp_path):

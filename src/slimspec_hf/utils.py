@@ -38,7 +38,14 @@ def missing_extra(err: ImportError) -> str | None:
 
 
 def _umask() -> int:
-    """The process's file-creation mask (reading it means setting it: set back at once)."""
+    """The process's file-creation mask: from /proc where Linux shows it, else by setting it and back at once (which
+    another thread creating a file in between would see)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
