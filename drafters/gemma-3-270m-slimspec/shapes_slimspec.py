@@ -168,6 +168,12 @@ def dominated(shape: DraftShape, tables: dict) -> bool:
 # faster (`auto` 0.97-0.99x the target over 64 questions). Moving on such a prediction follows the prices' own error,
 # and each move tries a shape that may be slower
 SWITCH_MARGIN = 0.03
+# where a shape this batch size has drafted (or the settings' own) beats plain decoding, one not drafted yet is chosen
+# only where predicted this much faster than it: among hundreds of candidates the fastest predicted is mostly the one the model errs
+# on most in its favour. At 4 rows, greedy, SmolLM2, trees of two levels were priced 4-15% ahead of the settings' tree
+# 3/1/3 + lookup and ran 10-25% slower per token; a new machine's gains that pay are larger (a GPU's trees several
+# times wider than a CPU's)
+UNTRIED_MARGIN = 0.10
 
 
 def choose_shape(
@@ -180,6 +186,7 @@ def choose_shape(
     speed=None,
     yields=None,
     current: DraftShape | None = None,
+    tried=None,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`; over several rows, or than
@@ -187,7 +194,9 @@ def choose_shape(
     `calibration` scales the predicted accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
     lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
     predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
-    predicted tokens beyond the target's own, against every shape's: `CostLog.yields.relative`) its predicted tokens."""
+    predicted tokens beyond the target's own, against every shape's: `CostLog.yields.relative`) its predicted tokens.
+    `tried` (shape name -> whether rounds of it were measured; default every shape): where a tried drafting shape
+    beats plain decoding, a shape not tried must be predicted `UNTRIED_MARGIN` faster than it to be chosen."""
     speed = speed or (lambda name: 1.0)
     yields = yields or (lambda name: 1.0)
     seconds, per_row = {"plain": costs.verify_time(1)}, {}
@@ -214,13 +223,23 @@ def choose_shape(
         per_row[name] = tokens
         tokens = 1.0 + (tokens - 1.0) * yields(name)
         predictions[name] = costs.batch_size * tokens / (seconds[name] * speed(name))
-        if predictions[name] > best_speed * (1 + 1e-9):
-            best, best_speed = shape, predictions[name]
+    over_plain = 1 + (max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)
+    # where a tried drafting shape beats plain decoding, an untried one must beat it by UNTRIED_MARGIN
+    tried_best = max((v for name, v in predictions.items() if name != "plain" and tried and tried(name)), default=0.0)
+    hold = tried_best > plain_speed * over_plain
+    for shape in measured:
+        name = str(shape)
+        if name not in predictions:  # dominated: not priced
+            continue
+        score = predictions[name] / (1.0 + UNTRIED_MARGIN if hold and not tried(name) else 1.0)
+        if score > best_speed * (1 + 1e-9):
+            best, best_speed = shape, score
     kept = predictions.get(str(current)) if current is not None and not current.is_plain else None
     if kept is not None and best_speed <= kept * (1 + max(margin, SWITCH_MARGIN)):
         best, best_speed = current, kept
-    if best_speed <= plain_speed * (1 + (max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)):
-        best, best_speed = DraftShape(), plain_speed
+    if best_speed <= plain_speed * over_plain:
+        best = DraftShape()
+    best_speed = predictions[str(best)]
     return ShapeChoice(best, best_speed, best_speed / plain_speed, predictions, seconds, per_row)
 
 
@@ -308,6 +327,11 @@ class ShapeTuner:
                 return costs
         return self.log.costs()
 
+    def tried(self, name: str) -> bool:
+        """Whether rounds of the shape `name` were measured at this batch size (the settings' own shape counts as
+        tried: `UNTRIED_MARGIN`)."""
+        return name in self.log.speed.sums or name == str(self.start)
+
     @property
     def calibration(self) -> float:
         """Accepted / predicted drafted tokens over this call's rounds, from a prior of 1 worth `CALIBRATION_PRIOR`
@@ -348,6 +372,7 @@ class ShapeTuner:
                     self.log.speed.factor,
                     self.log.yields.relative,
                     current=self.shape,
+                    tried=self.tried,
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen = self.shape.is_plain

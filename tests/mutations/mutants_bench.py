@@ -22,6 +22,9 @@ SWITCH = "tests/test_shapes_slimspec.py::test_a_shape_gives_way_only_to_one_pred
 NEW_BATCH = (
     "tests/test_shapes_slimspec.py::test_a_new_batch_size_prices_its_rounds_from_a_smaller_ones_costs_without_probing"
 )
+UNTRIED = (
+    "tests/test_shapes_slimspec.py::test_a_shape_not_tried_must_be_predicted_ten_percent_faster_than_the_best_tried"
+)
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -741,5 +744,54 @@ MUTANTS = [
             ),
         ),
         tests=(SWITCH,),
+    ),
+    Mutant(
+        name="auto shapes: a shape never tried is chosen on its prediction alone, as one measured",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "score = predictions[name] / (1.0 + UNTRIED_MARGIN if hold and not tried(name) else 1.0)",
+                "score = predictions[name]",
+            ),
+        ),
+        tests=(UNTRIED,),
+    ),
+    Mutant(
+        name="auto shapes: in a call, every shape counts as tried (its rounds measured or not)",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "return name in self.log.speed.sums or name == str(self.start)",
+                "return True",
+            ),
+        ),
+        tests=(UNTRIED,),
+    ),
+    Mutant(
+        name="auto shapes: the settings' own shape counts as not tried until its rounds are measured",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "return name in self.log.speed.sums or name == str(self.start)",
+                "return name in self.log.speed.sums",
+            ),
+        ),
+        tests=(UNTRIED,),
+    ),
+    Mutant(
+        name="auto shapes: the handicapped score is reported as the chosen shape's prediction",
+        edits=(Edit("shapes_slimspec.py", "    best_speed = predictions[str(best)]\n", ""),),
+        tests=(UNTRIED,),
+    ),
+    Mutant(
+        name="auto shapes: untried shapes are held back against plain decoding too (no tried drafting shape pays)",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "    hold = tried_best > plain_speed * over_plain\n",
+                "    hold = tried is not None\n",
+            ),
+        ),
+        tests=(MARGIN,),
     ),
 ]
