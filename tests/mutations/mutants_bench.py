@@ -412,8 +412,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "    if best_speed <= plain_speed * (1 + (max(margin,",
-                "    if False and (1 + (max(margin,",
+                "    if best_speed <= plain_speed * over_plain:",
+                "    if False and over_plain:",
             ),
         ),
         tests=(MARGIN,),
