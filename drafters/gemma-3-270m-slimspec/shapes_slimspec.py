@@ -211,9 +211,11 @@ def choose_shape(
         key = (shape.depth, shape.top_k)
         families[key] = max(families.get(key, 0), shape.size)
     tables = {key: tokens_by_size(acceptance, *key, size) for key, size in families.items()}
+    priced = []  # the shapes not `dominated`, in the candidates' order
     for shape in measured:
         if dominated(shape, tables):
             continue
+        priced.append(shape)
         tokens = 1.0 + calibration * (tables[(shape.depth, shape.top_k)][shape.size] - 1.0)
         name = str(shape)
         if shape.lookup and lookup is not None:
@@ -227,10 +229,8 @@ def choose_shape(
     # where a tried drafting shape beats plain decoding, an untried one must beat it by UNTRIED_MARGIN
     tried_best = max((v for name, v in predictions.items() if name != "plain" and tried and tried(name)), default=0.0)
     hold = tried_best > plain_speed * over_plain
-    for shape in measured:
+    for shape in priced:
         name = str(shape)
-        if name not in predictions:  # dominated: not priced
-            continue
         score = predictions[name] / (1.0 + UNTRIED_MARGIN if hold and not tried(name) else 1.0)
         if score > best_speed * (1 + 1e-9):
             best, best_speed = shape, score
