@@ -2,6 +2,7 @@
 every repository path they name exists."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,19 +44,29 @@ def _commands() -> dict[str, list[str]]:
 
 
 def _paths() -> list[tuple[str, str]]:
-    found = set()
+    """(doc, path) for every repository path a doc names, less those the doc's own commands write (`--out PATH`)."""
+    found, written = set(), set()
     for doc in DOCS:
+        name = str(doc.relative_to(REPO_ROOT))
         text = doc.read_text(encoding="utf-8")
         for span in CODE.findall(text):
             for match in PATH.finditer(span):
                 end = match.end()
                 if PLACEHOLDER.search(span[match.start() : end + 1]):
                     continue  # `recipes/<target>/...`, `docs/results/v1_*`: a pattern, not a path
-                if OUTPUT_FLAG.search(span[: match.start()]):
-                    continue
                 path = match.group(1).split("::")[0].rstrip(".,:;")
-                found.add((str(doc.relative_to(REPO_ROOT)), path))
-    return sorted(found)
+                (written if OUTPUT_FLAG.search(span[: match.start()]) else found).add((name, path))
+    return sorted(found - written)
+
+
+def _in_a_checkout() -> set[str]:
+    """Every path a clean checkout has: the tracked files and their folders (a file this machine made does not count)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    paths = set()
+    for line in listed.stdout.splitlines():
+        parts = line.split("/")
+        paths.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return paths
 
 
 def test_the_docs_are_found_and_name_commands_and_paths():
@@ -77,10 +88,11 @@ def test_named_command_exists_and_answers_help(name, capsys):
 
 
 def test_every_named_repository_path_exists():
+    checkout = _in_a_checkout()
     missing = [
         f"{doc}: {path}"
         for doc, path in _paths()
-        if not (REPO_ROOT / path).exists() and not ((REPO_ROOT / doc).parent / path).exists()
+        if path.rstrip("/") not in checkout and str(Path(doc).parent / path).rstrip("/") not in checkout
     ]
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
