@@ -93,6 +93,7 @@ def test_measure_round_costs_breakdown():
     assert costs["t_non_head"] == pytest.approx(costs["t_verify"] + 4 * costs["t_backbone"])
     assert costs["kappa"] == pytest.approx(4 * costs["t_head_full"] / costs["t_non_head"])
     assert costs["nu"] == pytest.approx(costs["t_head"] / costs["t_head_full"])
+    assert costs["nu_first"] == pytest.approx(costs["t_head_first"] / costs["t_head_full_first"])
     # the caches are cropped back after each timing: timing again works and the drafter still generates
     measure_round_costs(target, drafter, context_length=16, repeats=1, warmup=0, num_assistant_tokens=2)
     out = target.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False, assistant_model=drafter)
@@ -126,3 +127,30 @@ def test_evaluate_rho_tau_module(offline):
     assert result["rho_tau"] == pytest.approx(rho_tau(acceptance_length(9, 4), acceptance_length(12, 4)))
     with pytest.raises(ValueError, match="reference"):
         metric.compute(accepted_tokens=[1], rounds=[1], reference_accepted_tokens=[0], reference_rounds=[0])
+
+
+def test_the_heads_are_timed_in_a_chain_round_the_first_step_right_after_the_targets_pass(monkeypatch):
+    """A head that is slow right after the target's pass and fast after a drafter step (a weight in the last-level
+    cache) must show both: `t_head_first` the slow step, `t_head` the mean over the k steps of a round."""
+    import time
+
+    target = make_tiny_target()
+    drafter = make_tiny_drafter(target, ttt_steps=4)
+    head, last = drafter.lm_head, {"target": False}
+
+    class ColdAfterTheTarget(torch.nn.Module):
+        def forward(self, hidden):
+            if last["target"]:
+                time.sleep(0.02)
+            last["target"] = False
+            return head(hidden)
+
+    def marks(module, args, kwargs, output):
+        last["target"] = True
+
+    target.register_forward_hook(marks, with_kwargs=True)
+    drafter.lm_head = ColdAfterTheTarget()
+    costs = measure_round_costs(target, drafter, context_length=16, repeats=3, warmup=1, num_assistant_tokens=4)
+    assert costs["t_head_first"] > 0.019
+    assert costs["t_head"] == pytest.approx(costs["t_head_first"] / 4, rel=0.25)
+    assert costs["nu_first"] > 2 * costs["nu"]

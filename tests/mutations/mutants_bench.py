@@ -794,4 +794,18 @@ MUTANTS = [
         ),
         tests=(MARGIN,),
     ),
+    Mutant(
+        name="metrics: every draft step's head is timed right after a target pass (no chain round)",
+        edits=(
+            Edit(
+                "evaluation/metrics.py",
+                "            with Timer(device) as timer:\n                head_fn()",
+                "            verify()\n            with Timer(device) as timer:\n                head_fn()",
+            ),
+        ),
+        tests=(
+            "tests/evaluation/test_metrics.py::"
+            "test_the_heads_are_timed_in_a_chain_round_the_first_step_right_after_the_targets_pass",
+        ),
+    ),
 ]

@@ -542,18 +542,19 @@ def _markdown_head_costs(head_costs: dict[str, dict]) -> list[str]:
         "",
         f"Synthetic inputs of the real shapes, {k['context_length']} cached positions, k = "
         f"{k['num_assistant_tokens']}; medians in ms. T_non_head = T_verify + k·T_backbone; "
-        "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full, T_head_full a random dense V×d head timed in "
-        "the same round-robin (the reference table's ν is against the reference's own head instead).",
+        "κ = k·T_head_full / T_non_head; ν = T_head / T_head_full, T_head_full a random dense V×d head, both per "
+        "draft step of a chain round (a verification, then k steps); ν₁ the first step's alone (the reference "
+        "table's ν is against the reference's own head instead).",
         "",
-        "| drafter | head | T_head | T_head_full | T_backbone | T_verify | ν | κ |",
-        "|---|---|---|---|---|---|---|---|",
+        "| drafter | head | T_head | T_head_full | T_backbone | T_verify | ν | ν₁ | κ |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in head_costs.items():
         head = c.get("head") or head_label(c["head_type"], c.get("head_rank"), c.get("merged_from"))
         lines.append(
             f"| {name} | {head} | {_fmt(1e3 * c['t_head'], 3)} | {_fmt(1e3 * c['t_head_full'], 3)} | "
             f"{_fmt(1e3 * c['t_backbone'], 3)} | {_fmt(1e3 * c['t_verify'], 3)} | {_fmt(c['nu'], 3)} | "
-            f"{_fmt(c['kappa'], 3)} |"
+            f"{_fmt(c.get('nu_first'), 3)} | {_fmt(c['kappa'], 3)} |"
         )
     lines.append("")
     return lines
