@@ -59,9 +59,13 @@ def _paths() -> list[tuple[str, str]]:
     return sorted(found - written)
 
 
-def _in_a_checkout() -> set[str]:
-    """Every path a clean checkout has: the tracked files and their folders (a file this machine made does not count)."""
-    listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+def _in_a_checkout() -> set[str] | None:
+    """Every path a clean checkout has: the tracked files and their folders (a file this machine made does not count);
+    None outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
     paths = set()
     for line in listed.stdout.splitlines():
         parts = line.split("/")
@@ -89,10 +93,14 @@ def test_named_command_exists_and_answers_help(name, capsys):
 
 def test_every_named_repository_path_exists():
     checkout = _in_a_checkout()
+
+    def found(path: str) -> bool:
+        if checkout is None:
+            return (REPO_ROOT / path).exists()
+        return path.rstrip("/") in checkout
+
     missing = [
-        f"{doc}: {path}"
-        for doc, path in _paths()
-        if path.rstrip("/") not in checkout and str(Path(doc).parent / path).rstrip("/") not in checkout
+        f"{doc}: {path}" for doc, path in _paths() if not found(path) and not found(str(Path(doc).parent / path))
     ]
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
