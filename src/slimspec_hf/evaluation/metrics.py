@@ -196,9 +196,9 @@ def measure_round_costs(
       hidden states the drafter reads.
 
     Per round, T_non_head = t_verify + k·t_backbone, so κ = k·t_head_full / T_non_head and ν = t_head /
-    t_head_full (`nu_first`: the first step's). Also returns `kappa_drafter` = t_head_full / t_backbone (the head's share of a drafter step).
-    k is `num_assistant_tokens`, by default the depth the drafter was trained with (`ttt_steps`; 3 if it records
-    none).
+    t_head_full (`nu_first`: the first step's). Also returns `kappa_drafter` = t_head_full / t_backbone (the head's
+    share of a drafter step). k is `num_assistant_tokens`, by default the depth the drafter was trained with
+    (`ttt_steps`; 3 if it records none).
     """
     from ..cache_slimspec import SlimSpecDrafterCache
     from ..verification_slimspec import cache_keyword
