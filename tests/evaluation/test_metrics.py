@@ -1,6 +1,7 @@
 """τ, ρτ, ν, κ helpers, the timing breakdown, model-index entries, and the `evaluate` modules."""
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -129,11 +130,9 @@ def test_evaluate_rho_tau_module(offline):
         metric.compute(accepted_tokens=[1], rounds=[1], reference_accepted_tokens=[0], reference_rounds=[0])
 
 
-def test_the_heads_are_timed_in_a_chain_round_the_first_step_right_after_the_targets_pass(monkeypatch):
+def test_the_heads_are_timed_in_a_chain_round_the_first_step_right_after_the_targets_pass():
     """A head that is slow right after the target's pass and fast after a drafter step (a weight in the last-level
     cache) must show both: `t_head_first` the slow step, `t_head` the mean over the k steps of a round."""
-    import time
-
     target = make_tiny_target()
     drafter = make_tiny_drafter(target, ttt_steps=4)
     head, last = drafter.lm_head, {"target": False}
