@@ -169,10 +169,10 @@ def dominated(shape: DraftShape, tables: dict) -> bool:
 # and each move tries a shape that may be slower
 SWITCH_MARGIN = 0.03
 # where a shape this batch size has drafted (or the settings' own) beats plain decoding, one not drafted yet is chosen
-# only where predicted this much faster than it: among hundreds of candidates the fastest predicted is mostly the one the model errs
-# on most in its favour. At 4 rows, greedy, SmolLM2, trees of two levels were priced 4-15% ahead of the settings' tree
-# 3/1/3 + lookup and ran 10-25% slower per token; a new machine's gains that pay are larger (a GPU's trees several
-# times wider than a CPU's)
+# only where predicted this much faster than it: among hundreds of candidates the fastest predicted is mostly the one
+# the model errs on most in its favour. At 4 rows, greedy, SmolLM2, trees of two levels were priced 4-15% ahead of the
+# settings' tree 3/1/3 + lookup and ran 10-25% slower per token; a new machine's gains that pay are larger (a GPU's
+# trees several times wider than a CPU's)
 UNTRIED_MARGIN = 0.10
 
 
