@@ -172,7 +172,8 @@ SWITCH_MARGIN = 0.03
 # only where predicted this much faster than it: among hundreds of candidates the fastest predicted is mostly the one
 # the model errs on most in its favour. At 4 rows, greedy, SmolLM2, trees of two levels were priced 4-15% ahead of the
 # settings' tree 3/1/3 + lookup and ran 10-25% slower per token; a new machine's gains that pay are larger (a GPU's
-# trees several times wider than a CPU's)
+# trees several times wider than a CPU's). Where the settings decode a batch this large plain (`draft_max_batch_size`),
+# an untried shape is held so against plain decoding: at 8 rows, sampled, shapes priced 3-15% ahead of it ran 0.67-0.92
 UNTRIED_MARGIN = 0.10
 
 
@@ -187,16 +188,19 @@ def choose_shape(
     yields=None,
     current: DraftShape | None = None,
     tried=None,
+    hold: bool = False,
 ) -> ShapeChoice:
     """The candidate with the most predicted tokens per second (B · E / T); plain decoding when none beats it by more
     than `margin` (relative: the costs' own uncertainty, `CostLog.margin`; over several rows, or than
     `SWITCH_MARGIN`); the `current` drafting shape (a candidate) where none beats it by more than either.
-    `calibration` scales the predicted accepted tokens (measured / predicted, from the running call); `lookup` prices the shapes drafted with prompt
-    lookup (`lookup_round`; without it they are priced as without lookup); `speed` (shape name -> measured over
-    predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and `yields` (measured over
-    predicted tokens beyond the target's own, against every shape's: `CostLog.yields.relative`) its predicted tokens.
+    `calibration` scales the predicted accepted tokens (measured / predicted, from the running call); `lookup` prices
+    the shapes drafted with prompt lookup (`lookup_round`; without it they are priced as without lookup); `speed`
+    (shape name -> measured over predicted seconds, `CostLog.speed.factor`) scales each round's predicted seconds and
+    `yields` (measured over predicted tokens beyond the target's own, against every shape's:
+    `CostLog.yields.relative`) its predicted tokens.
     `tried` (shape name -> whether rounds of it were measured; default every shape): where a tried drafting shape
-    beats plain decoding, a shape not tried must be predicted `UNTRIED_MARGIN` faster than it to be chosen."""
+    beats plain decoding, a shape not tried must be predicted `UNTRIED_MARGIN` faster than it to be chosen; with
+    `hold` (the settings decode plain at this batch size) one not tried must be so against plain decoding too."""
     speed = speed or (lambda name: 1.0)
     yields = yields or (lambda name: 1.0)
     seconds, per_row = {"plain": costs.verify_time(1)}, {}
@@ -228,7 +232,7 @@ def choose_shape(
     over_plain = 1 + (max(margin, SWITCH_MARGIN) if costs.batch_size > 1 else margin)
     # where a tried drafting shape beats plain decoding, an untried one must beat it by UNTRIED_MARGIN
     tried_best = max((v for name, v in predictions.items() if name != "plain" and tried and tried(name)), default=0.0)
-    hold = tried_best > plain_speed * over_plain
+    hold = hold or tried_best > plain_speed * over_plain
     for shape in priced:
         name = str(shape)
         score = predictions[name] / (1.0 + UNTRIED_MARGIN if hold and not tried(name) else 1.0)
@@ -373,6 +377,7 @@ class ShapeTuner:
                     self.log.yields.relative,
                     current=self.shape,
                     tried=self.tried,
+                    hold=self.start.is_plain,
                 )
                 self.shape = self.choice.shape
                 self.log.plain_chosen = self.shape.is_plain
@@ -496,6 +501,8 @@ def round_timer(settings, target, drafter, shape, batch_size: int, context: int,
     if settings.draft_shape != "auto":
         return None
     start = DraftShape(shape.size, shape.depth, shape.top_k, lookup=bool(settings.draft_lookup) and shape.size > 0)
+    if 0 < settings.draft_max_batch_size < batch_size:  # the settings decode this batch plain: `auto` starts there
+        start = DraftShape()
     lookup = lookup_rate(drafter, sampled) if settings.draft_lookup else None
     log = cost_log(target, drafter, batch_size, context, sampled)
     log_for = functools.partial(cost_log, target, drafter, context=context, sampled=sampled)

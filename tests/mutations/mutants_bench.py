@@ -25,6 +25,10 @@ NEW_BATCH = (
 UNTRIED = (
     "tests/test_shapes_slimspec.py::test_a_shape_not_tried_must_be_predicted_ten_percent_faster_than_the_best_tried"
 )
+PLAIN_START = (
+    "tests/test_shapes_slimspec.py::"
+    "test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent"
+)
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -755,6 +759,22 @@ MUTANTS = [
             ),
         ),
         tests=(UNTRIED,),
+    ),
+    Mutant(
+        name="auto shapes: where the settings decode a batch plain, an untried shape needs only the usual margin",
+        edits=(Edit("shapes_slimspec.py", "hold=self.start.is_plain,", "hold=False,"),),
+        tests=(PLAIN_START,),
+    ),
+    Mutant(
+        name="auto shapes: a batch the settings decode plain starts from the settings' drafting shape",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "if 0 < settings.draft_max_batch_size < batch_size:",
+                "if False:",
+            ),
+        ),
+        tests=(PLAIN_START,),
     ),
     Mutant(
         name="auto shapes: in a call, every shape counts as tried (its rounds measured or not)",

@@ -46,7 +46,9 @@ DEFAULT_PROMPTS = REPO.parent / "shared" / "data" / "train" / "prompts_extra_25k
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="prompts_extra_25k.jsonl (JSONL with `source`)")
+    parser.add_argument(
+        "--prompts", default=str(DEFAULT_PROMPTS), help="prompts_extra_25k.jsonl (JSONL with `source`)"
+    )
     parser.add_argument("--group", required=True, help=f"source group: one of {', '.join(GROUPS)}")
     parser.add_argument("--part", default="1/1", help="I/N: keep every N-th prompt of the group, starting at the I-th")
     parser.add_argument("--out", required=True, help="where to write the JSONL")
