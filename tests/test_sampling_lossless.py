@@ -279,10 +279,12 @@ def test_warped_drafts_sample_the_joint_distribution_in_a_left_padded_batch(mode
 def test_auto_shapes_changing_every_round_sample_the_joint_distribution(monkeypatch):
     """`draft_shape="auto"` changes the shape between rounds of one call (plain rounds included): forced here to a
     new shape every round, in a left-padded batch; the joint of tokens 1–2 and 2–3 of each prompt is its target's."""
+    from slimspec_hf import decoding_slimspec
     from slimspec_hf.shapes_slimspec import DraftShape, ShapeTuner
 
     shapes = itertools.cycle([DraftShape(), DraftShape(2, 2, 1), DraftShape(3, 2, 2), DraftShape(1, 1, 1)])
     monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None: next(shapes))
+    monkeypatch.setattr(decoding_slimspec, "plain_is_chosen", lambda *args: False)  # every call runs the loop
     target, drafter = make_pair(drafter_scale=0.2)
     prompts = [[1, 5, 3, 7, 2], [4, 2]]
     torch.manual_seed(0)

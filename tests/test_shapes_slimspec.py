@@ -750,6 +750,53 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     assert costs_slimspec.costs_file(key) is None
 
 
+def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
+    """Over several rows `auto`'s first call decodes plain, timed (useful tokens a second: each row's up to its EOS);
+    a later call that drafted slower than the plain calls by more than `JUDGE_MARGIN` makes the next calls decode
+    plain (re-checked later, the wait doubled); one within the margin does not. Kept with the costs."""
+    import weakref
+
+    import torch
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter = make_tiny_drafter(tiny_target)
+    ids = torch.tensor([[5, 9, 17, 3, 22, 8], [0, 0, 7, 1, 7, 1]])
+    kwargs = dict(attention_mask=(ids > 0).long(), max_new_tokens=12, do_sample=False, pad_token_id=0)
+    calls = []
+    judge = costs_slimspec.judge_call
+    monkeypatch.setattr(
+        costs_slimspec, "judge_call", lambda *args, **kw: calls.append((*args, *kw.values())) or judge(*args, **kw)
+    )
+    plain = tiny_target.generate(ids, **kwargs)
+    out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)
+    assert torch.equal(out, plain) and drafter.last_generation_stats.draft_shape == {"shape": "plain"}
+    eos = tiny_target.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    assert calls[-1][5] == sum(costs_slimspec.new_token_counts(plain, 6, eos_ids)) and calls[-1][7] is False
+    log = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
+    assert len(log.plain_speeds) == 1 and log.plain_speeds[0] == calls[-1][5] / calls[-1][6]
+    out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)  # the loop runs
+    assert torch.equal(out, plain) and calls[-1][7] is True and len(log.plain_speeds) == 1
+    assert costs_slimspec.new_token_counts(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 9]]), 1, {9}) == [3, 1]
+
+    log.plain_speeds, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 tokens a second
+    before = log.recheck_every
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # within the margin
+    assert not log.plain_chosen
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # 6% slower
+    assert log.plain_chosen and log.recheck_every == 2 * before
+    costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 1, 1.0, True)  # one row: its rounds decide
+    assert not costs_slimspec.cost_log(tiny_target, drafter, 1, 6).plain_chosen
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
+    kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
+    assert kept.plain_speeds == [100.0, 120.0, 90.0] and kept.plain_chosen
+    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
+
+
 def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
     """The kept plain-decoding choices belong to the drafter, not to how its folder was spelt: a call that loaded it
     as `drafters/tiny` and a later process that loads `/abs/…/drafters/tiny` share them; another folder does not."""
@@ -829,11 +876,15 @@ def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatc
 
 
 def forced_shapes(monkeypatch, shapes):
-    """Every tuner's rounds take `shapes` in turn (plain rounds included), whatever it measured."""
+    """Every tuner's rounds take `shapes` in turn (plain rounds included), whatever it measured; every call runs the
+    decoding loop (no plain call chosen or timed for `judge_call`)."""
     import itertools
+
+    from slimspec_hf import decoding_slimspec
 
     cycle = itertools.cycle(shapes)
     monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None: next(cycle))
+    monkeypatch.setattr(decoding_slimspec, "plain_is_chosen", lambda *args: False)
 
 
 SHAPE_CYCLE = [DraftShape(), DraftShape(1, 1, 1), DraftShape(3, 3, 1), DraftShape(4, 1, 4), DraftShape(6, 3, 2)]

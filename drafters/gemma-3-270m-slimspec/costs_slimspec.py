@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import statistics
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,11 @@ class ShapeRatios:
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
+# a call of several rows that drafted and ran slower than this much under the plain calls' speed (`judge_call`) makes
+# the next calls decode plain: the rounds' prices compare rounds timed at other points of other calls (a plain round
+# timed late in a call, over a longer context, costs more than one early: at 8 rows, bf16, 97 ms at a call's start,
+# 107-127 forty tokens on), and the rounds over the rows left, or the loop's own work, may lose what they gain
+JUDGE_MARGIN = 0.05
 
 
 class CostLog:
@@ -121,6 +127,9 @@ class CostLog:
         # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
         # choice that drafts (`RECHECK_EVERY` .. `RECHECK_MOST`)
         self.recheck_every = RECHECK_EVERY
+        # over several rows, the useful tokens a second (`new_token_counts`) of the last `keep` plain `generate()`
+        # calls: what a call that drafted is held against (`judge_call`)
+        self.plain_speeds: list[float] = []
         self.verify: dict[int, list[float]] = {}
         self.draft: dict[int, list[float]] = {}
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
@@ -167,15 +176,17 @@ class CostLog:
             choices = stored.get("choices") or {}
             if stored["format"] == 1:  # the choices of both modes in every file: this file's mode's
                 choices = {**(choices.get((self.key or {}).get("mode")) or {}), "chooser": choices.get("chooser")}
-            plain = None
+            plain, speeds = None, []
             if choices.get("chooser") == self.chooser and "plain" in choices:
                 plain = bool(choices["plain"]), int(choices["calls"]), int(choices["every"])
+                speeds = [float(v) for v in choices.get("speeds") or []]
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
             logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
             return self
         if plain is not None:
             self.plain_chosen, self.plain_calls = plain[0], max(0, plain[1])
             self.recheck_every = min(max(plain[2], RECHECK_EVERY), RECHECK_MOST)
+        self.plain_speeds = [v for v in speeds if math.isfinite(v) and v > 0][-self.keep :]
         for name, table in tables.items():
             for width, times in table.items():
                 for seconds in times:
@@ -194,6 +205,7 @@ class CostLog:
             "plain": self.plain_chosen,
             "calls": self.plain_calls,
             "every": self.recheck_every,
+            "speeds": self.plain_speeds,
         }
         partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
         try:
@@ -448,8 +460,11 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
     `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip
     the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64)
     decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
-    again."""
+    again. Over several rows the first call decodes plain as well: its speed is what later calls that draft are
+    held against (`judge_call`)."""
     log = cost_log(target, drafter, batch_size, context, sampled)
+    if batch_size > 1 and not log.plain_speeds:
+        return True
     if not log.plain_chosen:
         return False
     log.plain_calls += 1
@@ -458,6 +473,56 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
         log.plain_calls = 0
     log.save()
     return plain
+
+
+def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: set[int]) -> list[int]:
+    """Each row's generated tokens up to and including its first EOS."""
+    counts = []
+    for row in sequences[:, prompt_length:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
+        counts.append(end)
+    return counts
+
+
+def judge_call(
+    target, drafter, batch_size: int, context: int, sampled: bool, tokens: int, seconds: float, drafted: bool
+) -> None:
+    """After a `draft_shape="auto"` call over `batch_size` > 1 rows that made `tokens` useful tokens (each row's up
+    to its EOS: `new_token_counts`) in `seconds`: a plain call's speed joins `CostLog.plain_speeds`; a call that
+    `drafted` (the decoding loop ran) slower than their median by more than `JUDGE_MARGIN` makes the next calls
+    decode plain, the re-checks' wait doubled (`plain_is_chosen`)."""
+    if batch_size <= 1 or tokens <= 0 or not seconds > 0:
+        return
+    log = cost_log(target, drafter, batch_size, context, sampled)
+    speed = tokens / seconds
+    if not drafted:
+        log.plain_speeds = [*log.plain_speeds, speed][-log.keep :]
+    elif log.plain_speeds and speed < statistics.median(log.plain_speeds) * (1 - JUDGE_MARGIN):
+        log.plain_chosen, log.plain_calls = True, 0
+        log.recheck_every = min(2 * log.recheck_every, RECHECK_MOST)
+    else:
+        return
+    log.save()
+
+
+def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool, /, **extra):
+    """`generate(target, **arguments, **extra)`; a `draft_shape="auto"` call (`auto`) over several rows is timed, its
+    useful tokens a second going to `judge_call` (with `extra`, the decoding loop's arguments, as one that drafted)."""
+    ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
+    if not auto or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] <= 1:
+        return generate(target, **arguments, **extra)
+    start = time.perf_counter()
+    out = generate(target, **arguments, **extra)
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize(ids.device)
+    seconds = time.perf_counter() - start
+    sequences = out if isinstance(out, torch.Tensor) else out.sequences
+    passed = arguments.get("generation_config")
+    eos = arguments.get("eos_token_id", getattr(passed or target.generation_config, "eos_token_id", None))
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    tokens = sum(new_token_counts(sequences, ids.shape[-1], eos_ids))
+    judge_call(target, drafter, ids.shape[0], ids.shape[-1], sampled, tokens, seconds, drafted=bool(extra))
+    return out
 
 
 # what lookup's grafts add per drafter row before any is measured, and what that guess is worth in rows: measured, they
@@ -558,6 +623,10 @@ __all__ = [
     "costs_root",
     "context_bucket",
     "plain_is_chosen",
+    "JUDGE_MARGIN",
+    "judge_call",
+    "judged",
+    "new_token_counts",
     "RECHECK_EVERY",
     "RECHECK_MOST",
 ]

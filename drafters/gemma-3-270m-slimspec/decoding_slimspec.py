@@ -18,7 +18,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .acceptance_slimspec import depth_acceptance, record_depths
 from .configuration_slimspec import is_slimspec_drafter
-from .costs_slimspec import plain_is_chosen
+from .costs_slimspec import judged, plain_is_chosen
 from .drafting_slimspec import (
     ROOT,
     DecodingSequence,
@@ -480,7 +480,8 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     """The one route into SlimSpec decoding (from the `generate()` wrapper and from `custom_generate/`): runs
     `generate(target, **arguments, custom_generate=slimspec_generate, drafter=drafter, draft_settings=...)`, the
     call's draft settings resolved once, here, so that bad values fail before any forward. `arguments`: the call's
-    other arguments by name. A batch larger than `draft_max_batch_size` decodes without the drafter."""
+    other arguments by name. A batch larger than `draft_max_batch_size` decodes without the drafter; under
+    `draft_shape="auto"` a batch's calls are timed, plain ones against drafting ones (`judge_call`)."""
     arguments = dict(arguments)
     # what the call sets: a passed GenerationConfig's values, then keywords (taken out). Not the target's own
     # generation_config: transformers fills it with defaults for its assistants (k = 20, threshold 0.4).
@@ -491,25 +492,19 @@ def generate_with_drafter(generate, target, drafter, arguments: dict):
     batch = ids.shape[0] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else 1
     sampled = bool(arguments.get("do_sample", getattr(passed or target.generation_config, "do_sample", False)))
     settings = DraftSettings.resolve(drafter.generation_config, overrides, sampled, batched=batch > 1)
-    if settings.draft_shape == "auto":  # plain decoding where this machine's rounds chose it
+    if settings.draft_shape == "auto":  # plain decoding where this machine's rounds (or calls) chose it
         plain = plain_is_chosen(target, drafter, batch, ids.shape[-1] if isinstance(ids, torch.Tensor) else 0, sampled)
     else:  # a batch this large decodes faster without the drafter
         plain = 0 < settings.draft_max_batch_size < batch
     if plain:
         record_stats(drafter, SlimSpecGenerationStats(draft_shape={"shape": "plain"}))
-        return generate(target, **arguments)
+        return judged(generate, target, drafter, arguments, settings.draft_shape == "auto", sampled)
     streamer = arguments.pop("streamer", None)
     if arguments.get("stop_strings") and arguments.get("tokenizer") is not None:  # custom_generate drops `tokenizer`
         stops = StopStringCriteria(arguments.pop("tokenizer"), arguments.pop("stop_strings"))
         arguments["stopping_criteria"] = StoppingCriteriaList([*(arguments.get("stopping_criteria") or []), stops])
-    return generate(
-        target,
-        **arguments,
-        custom_generate=slimspec_generate,
-        drafter=drafter,
-        draft_settings=settings,
-        draft_streamer=streamer,
-    )
+    loop = dict(custom_generate=slimspec_generate, drafter=drafter, draft_settings=settings, draft_streamer=streamer)
+    return judged(generate, target, drafter, arguments, settings.draft_shape == "auto", sampled, **loop)
 
 
 __all__ = ["accept", "Acceptance", "generate_with_drafter", "sample_child", "slimspec_generate", "SpeculativeDecoder"]

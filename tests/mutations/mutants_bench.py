@@ -29,6 +29,7 @@ PLAIN_START = (
     "tests/test_shapes_slimspec.py::"
     "test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent"
 )
+JUDGED = "tests/test_shapes_slimspec.py::test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -775,6 +776,38 @@ MUTANTS = [
             ),
         ),
         tests=(PLAIN_START,),
+    ),
+    Mutant(
+        name="auto calls: over several rows the first call drafts, no plain call timed to hold drafting ones against",
+        edits=(Edit("costs_slimspec.py", "if batch_size > 1 and not log.plain_speeds:", "if False:"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a batch that drafted slower than its plain calls keeps drafting",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "elif log.plain_speeds and speed < statistics.median(log.plain_speeds) * (1 - JUDGE_MARGIN):",
+                "elif False:",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a call's useful tokens counted past each row's EOS",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))",
+                "end = len(row)",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: the decoding loop's calls judged as plain ones",
+        edits=(Edit("costs_slimspec.py", "drafted=bool(extra))", "drafted=False)"),),
+        tests=(JUDGED,),
     ),
     Mutant(
         name="auto shapes: in a call, every shape counts as tried (its rounds measured or not)",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..costs_slimspec import new_token_counts
 from .metrics import acceptance_length
 from .systems import chosen_shapes
 from .timing import Timer, encode_prompt, sampling_kwargs
@@ -31,15 +32,6 @@ def left_padded_batch(tokenizer, prompts: list[str], device) -> dict[str, torch.
         input_ids[i, length - len(ids) :] = ids
         mask[i, length - len(ids) :] = 1
     return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
-
-
-def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: set[int]) -> list[int]:
-    """Each row's generated tokens up to and including its first EOS."""
-    counts = []
-    for row in sequences[:, prompt_length:].tolist():
-        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
-        counts.append(end)
-    return counts
 
 
 def batch_systems(systems) -> dict[str, dict]:
