@@ -754,6 +754,7 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     """Over several rows `auto`'s first call decodes plain, timed (useful tokens a second: each row's up to its EOS);
     a later call that drafted slower than the plain calls by more than `JUDGE_MARGIN` makes the next calls decode
     plain (re-checked later, the wait doubled); one within the margin does not. Kept with the costs."""
+    import time
     import weakref
 
     import torch
@@ -776,12 +777,31 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     assert torch.equal(out, plain) and drafter.last_generation_stats.draft_shape == {"shape": "plain"}
     eos = tiny_target.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    assert calls[-1][5] == sum(costs_slimspec.new_token_counts(plain, 6, eos_ids)) and calls[-1][7] is False
+    assert calls[-1][5] == sum(costs_slimspec.new_token_counts(plain, 6, eos_ids)) - 2 and calls[-1][7] is False
     log = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
     assert len(log.plain_speeds) == 1 and log.plain_speeds[0] == calls[-1][5] / calls[-1][6]
     out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)  # the loop runs
     assert torch.equal(out, plain) and calls[-1][7] is True and len(log.plain_speeds) == 1
     assert costs_slimspec.new_token_counts(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 9]]), 1, {9}) == [3, 1]
+    # the call timed from its first token on: a slow prompt pass is not counted
+    forward = type(tiny_target).forward
+
+    seen = []
+
+    def slow_prompt(self, *args, **kwargs):  # a call's first forward (a new cache) reads the prompts: 0.5 s
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if not any(cache is other for other in seen):
+            seen.append(cache)
+            time.sleep(0.5)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(tiny_target), "forward", slow_prompt)
+    for drafting in (False, True):
+        log.plain_speeds = log.plain_speeds if drafting else []
+        log.plain_chosen = False
+        tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)
+        assert calls[-1][7] is drafting and calls[-1][6] < 0.5, calls[-1]
+    monkeypatch.setattr(type(tiny_target), "forward", forward)
 
     log.plain_speeds, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 tokens a second
     before = log.recheck_every

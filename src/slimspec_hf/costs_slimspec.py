@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 
 
 logger = logging.getLogger(__name__)
@@ -505,22 +506,40 @@ def judge_call(
     log.save()
 
 
+class FirstStepClock(StoppingCriteria):
+    """Never stops a row: notes when the criteria are first checked, after the prompts' pass and its first token (in
+    `generate()`'s loops and in the decoding loop alike), so that a call's decoding is timed without that pass."""
+
+    def __init__(self):
+        self.at: float | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
+        if self.at is None:
+            self.at = time.perf_counter()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool, /, **extra):
-    """`generate(target, **arguments, **extra)`; a `draft_shape="auto"` call (`auto`) over several rows is timed, its
-    useful tokens a second going to `judge_call` (with `extra`, the decoding loop's arguments, as one that drafted)."""
+    """`generate(target, **arguments, **extra)`; a `draft_shape="auto"` call (`auto`) over several rows is timed from
+    its first token on (`FirstStepClock`: the prompts' pass costs what their length makes it, drafting or not), its
+    useful tokens after the first a second going to `judge_call` (with `extra`, the decoding loop's arguments, as a
+    call that drafted)."""
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
     if not auto or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] <= 1:
         return generate(target, **arguments, **extra)
-    start = time.perf_counter()
-    out = generate(target, **arguments, **extra)
+    clock = FirstStepClock()
+    criteria = StoppingCriteriaList([*(arguments.get("stopping_criteria") or []), clock])
+    out = generate(target, **{**arguments, "stopping_criteria": criteria}, **extra)
     if ids.device.type == "cuda":
         torch.cuda.synchronize(ids.device)
-    seconds = time.perf_counter() - start
+    if clock.at is None:
+        return out
+    seconds = time.perf_counter() - clock.at
     sequences = out if isinstance(out, torch.Tensor) else out.sequences
     passed = arguments.get("generation_config")
     eos = arguments.get("eos_token_id", getattr(passed or target.generation_config, "eos_token_id", None))
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    tokens = sum(new_token_counts(sequences, ids.shape[-1], eos_ids))
+    tokens = sum(new_token_counts(sequences, ids.shape[-1], eos_ids)) - ids.shape[0]
     judge_call(target, drafter, ids.shape[0], ids.shape[-1], sampled, tokens, seconds, drafted=bool(extra))
     return out
 
@@ -626,6 +645,7 @@ __all__ = [
     "JUDGE_MARGIN",
     "judge_call",
     "judged",
+    "FirstStepClock",
     "new_token_counts",
     "RECHECK_EVERY",
     "RECHECK_MOST",

@@ -805,6 +805,17 @@ MUTANTS = [
         tests=(JUDGED,),
     ),
     Mutant(
+        name="auto calls: a call timed with its prompts' pass",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "    clock = FirstStepClock()\n",
+                "    clock = FirstStepClock()\n    clock.at = time.perf_counter()\n",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
         name="auto calls: the decoding loop's calls judged as plain ones",
         edits=(Edit("costs_slimspec.py", "drafted=bool(extra))", "drafted=False)"),),
         tests=(JUDGED,),
