@@ -766,7 +766,7 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     drafter = make_tiny_drafter(tiny_target)
     ids = torch.tensor([[5, 9, 17, 3, 22, 8], [0, 0, 7, 1, 7, 1]])
-    kwargs = dict(attention_mask=(ids > 0).long(), max_new_tokens=12, do_sample=False, pad_token_id=0)
+    kwargs = dict(attention_mask=(ids > 0).long(), max_new_tokens=24, do_sample=False, pad_token_id=0)
     calls = []
     judge = costs_slimspec.judge_call
     monkeypatch.setattr(
@@ -804,13 +804,18 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     monkeypatch.setattr(type(tiny_target), "forward", forward)
 
     log.plain_speeds, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 tokens a second
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 31, 1.0, False)  # under 16 tokens a row: left out
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 31, 1.0, True)
+    assert log.plain_speeds == [100.0, 120.0, 90.0] and not log.plain_chosen
     before = log.recheck_every
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # within the margin
     assert not log.plain_chosen
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # 6% slower
     assert log.plain_chosen and log.recheck_every == 2 * before
-    costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 1, 1.0, True)  # one row: its rounds decide
-    assert not costs_slimspec.cost_log(tiny_target, drafter, 1, 6).plain_chosen
+    one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
+    one.plain_speeds = [100.0]
+    costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 50, 1.0, True)  # one row: its rounds decide
+    assert not one.plain_chosen
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
     assert kept.plain_speeds == [100.0, 120.0, 90.0] and kept.plain_chosen

@@ -109,6 +109,11 @@ RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at fi
 # timed late in a call, over a longer context, costs more than one early: at 8 rows, bf16, 97 ms at a call's start,
 # 107-127 forty tokens on), and the rounds over the rows left, or the loop's own work, may lose what they gain
 JUDGE_MARGIN = 0.05
+# a call is judged (a plain one sets the plain speed) only where its rows made this many tokens each after their
+# first: a short call's few steps run over short caches (at 4 rows, a warm-up call of 8 tokens set the plain speed,
+# the one call that drafted, 96 tokens long, fell short of it, and 7 plain calls followed: 0.94x the target where the
+# fixed shape ran 1.03x)
+JUDGE_MIN_TOKENS = 16
 
 
 class CostLog:
@@ -491,8 +496,9 @@ def judge_call(
     """After a `draft_shape="auto"` call over `batch_size` > 1 rows that made `tokens` useful tokens (each row's up
     to its EOS: `new_token_counts`) in `seconds`: a plain call's speed joins `CostLog.plain_speeds`; a call that
     `drafted` (the decoding loop ran) slower than their median by more than `JUDGE_MARGIN` makes the next calls
-    decode plain, the re-checks' wait doubled (`plain_is_chosen`)."""
-    if batch_size <= 1 or tokens <= 0 or not seconds > 0:
+    decode plain, the re-checks' wait doubled (`plain_is_chosen`). A call of fewer than `JUDGE_MIN_TOKENS` a row is
+    left out."""
+    if batch_size <= 1 or tokens < JUDGE_MIN_TOKENS * batch_size or not seconds > 0:
         return
     log = cost_log(target, drafter, batch_size, context, sampled)
     speed = tokens / seconds
@@ -643,6 +649,7 @@ __all__ = [
     "context_bucket",
     "plain_is_chosen",
     "JUDGE_MARGIN",
+    "JUDGE_MIN_TOKENS",
     "judge_call",
     "judged",
     "FirstStepClock",

@@ -805,6 +805,20 @@ MUTANTS = [
         tests=(JUDGED,),
     ),
     Mutant(
+        name="auto calls: a call of a few tokens judged, or setting the plain speed",
+        edits=(Edit("costs_slimspec.py", "tokens < JUDGE_MIN_TOKENS * batch_size", "tokens <= 0"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a call of one row judged against plain calls",
+        edits=(
+            Edit(
+                "costs_slimspec.py", "if batch_size <= 1 or tokens < JUDGE_MIN_TOKENS", "if tokens < JUDGE_MIN_TOKENS"
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
         name="auto calls: a call timed with its prompts' pass",
         edits=(
             Edit(
