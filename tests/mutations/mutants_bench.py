@@ -866,7 +866,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "    hold = tried_best > plain_speed * over_plain\n",
+                "    hold = hold or tried_best > plain_speed * over_plain\n",
                 "    hold = tried is not None\n",
             ),
         ),
