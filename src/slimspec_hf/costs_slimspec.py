@@ -518,11 +518,15 @@ class FirstStepClock(StoppingCriteria):
 
     def __init__(self):
         self.at: float | None = None
+        self.never: dict = {}  # (rows, device) -> the all-False answer, made once: the loop asks per row and token
 
     def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
         if self.at is None:
             self.at = time.perf_counter()
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        key = (input_ids.shape[0], input_ids.device)
+        if key not in self.never:
+            self.never[key] = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        return self.never[key]
 
 
 def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool, /, **extra):
