@@ -569,9 +569,9 @@ def test_the_lm_head_kernels_are_timed_at_prefill_not_in_a_timed_round(monkeypat
     timed_at_start = []
     start = shapes_slimspec.RoundTimer.start
 
-    def watched(self, threshold, rows=None):
+    def watched(self, threshold, rows=None, slots=None):
         timed_at_start.append(head in verification_slimspec._WEIGHT_FIRST)
-        return start(self, threshold, rows)
+        return start(self, threshold, rows, slots)
 
     monkeypatch.setattr(shapes_slimspec.RoundTimer, "start", watched)
     drafter = make_tiny_drafter(tiny_target)

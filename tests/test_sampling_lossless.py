@@ -283,7 +283,7 @@ def test_auto_shapes_changing_every_round_sample_the_joint_distribution(monkeypa
     from slimspec_hf.shapes_slimspec import DraftShape, ShapeTuner
 
     shapes = itertools.cycle([DraftShape(), DraftShape(2, 2, 1), DraftShape(3, 2, 2), DraftShape(1, 1, 1)])
-    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None: next(shapes))
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None, slots=None: next(shapes))
     monkeypatch.setattr(decoding_slimspec, "plain_is_chosen", lambda *args: False)  # every call runs the loop
     target, drafter = make_pair(drafter_scale=0.2)
     prompts = [[1, 5, 3, 7, 2], [4, 2]]

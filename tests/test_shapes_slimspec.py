@@ -119,7 +119,7 @@ def test_a_round_times_the_drafters_first_step_at_the_width_it_read():
     tuner.probes.clear()
     tuner.log.add_verify(1, 0.1)
     tuner.log.add_draft(1, 0.01)
-    tuner.next_shape = lambda rows=None: DraftShape(6, 3, 2)
+    tuner.next_shape = lambda rows=None, slots=None: DraftShape(6, 3, 2)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
     clock = iter([0.0, 0.30, 0.34, 0.50])  # start, first step done (40 positions), levels done, verified
     timer.now = lambda: next(clock)
@@ -141,7 +141,7 @@ def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
 
     tuner = ShapeTuner(CostLog(batch_size=4), DepthAcceptance(), start=DraftShape(1, 1, 1))
     tuner.probes.clear()
-    tuner.next_shape = lambda rows=None: DraftShape(1, 1, 1)
+    tuner.next_shape = lambda rows=None, slots=None: DraftShape(1, 1, 1)
     timer = RoundTimer(tuner, "cpu", tree_shape=lambda *shape: shape)
     tree = SimpleNamespace(source="drafter", kept=[0], grafted_from=None)
     for rows, seconds in ((4, 0.20), (2, 0.08)):
@@ -714,6 +714,8 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     assert path.parent == tmp_path / "draft_costs" and path.is_file()
     measured = costs_slimspec.cost_log(tiny_target, drafter, 1, 10)
     assert len(measured.verify[1]) >= 2 and [p.name for p in path.parent.iterdir()] == [path.name]
+    read = measured.verify_slots[1]  # each plain round read the prompt and the tokens decoded before it
+    assert read == sorted(set(read)) and 10 <= read[0] and read[-1] < 10 + 40, read
 
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
@@ -723,6 +725,7 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     other.config._name_or_path = "drafters/other"
     kept = costs_slimspec.cost_log(tiny_target, other, 1, 10)
     assert kept.verify == measured.verify and kept.draft == measured.draft and kept.path == path
+    assert kept.verify_slots == measured.verify_slots
     assert not costs_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
     tuner = ShapeTuner(kept, DepthAcceptance(), start=DraftShape(4, 1, 4))
     first = tuner.next_shape()  # no plain round first, no width measured again: a choice, or a width not yet probed
@@ -908,7 +911,7 @@ def forced_shapes(monkeypatch, shapes):
     from slimspec_hf import decoding_slimspec
 
     cycle = itertools.cycle(shapes)
-    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None: next(cycle))
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None, slots=None: next(cycle))
     monkeypatch.setattr(decoding_slimspec, "plain_is_chosen", lambda *args: False)
 
 
@@ -975,7 +978,7 @@ def test_lookup_rate_counts_what_lookup_would_draft_and_agrees_with_what_it_draf
     count is the acceptance measured: its drafts' agreement with the tokens the target went on to emit."""
     import torch
 
-    from slimspec_hf.costs_slimspec import lookup_rate
+    from slimspec_hf.acceptance_slimspec import lookup_rate
 
     ids = torch.tensor([[5, 9, 17, 3, 22, 8, 5, 9, 17, 3, 7, 1, 7, 1, 2, 30, 41, 2, 30, 41]])
     kwargs = dict(max_new_tokens=40, do_sample=False, draft_lookup=True, draft_shape="auto")
@@ -1178,6 +1181,42 @@ def test_a_predicted_gain_within_the_plain_rounds_spread_decodes_plain(spread, d
     assert tuner.choice.predictions["chain 1"] / tuner.choice.predictions["plain"] == pytest.approx(1.04, abs=0.005)
     assert log.margin() == pytest.approx(math.sqrt(2) * 1.25 * 1.4826 * spread / 3, rel=1e-6)
     assert shape == (DraftShape(1, 1, 1) if drafts else DraftShape()), shape
+
+
+@pytest.mark.parametrize("slots_known", [True, False])
+def test_rounds_timed_over_longer_caches_are_priced_at_the_coming_rounds_cache(slots_known, tmp_path):
+    """Plain rounds kept from late in calls (400-480 cache slots) and wider ones from early (100-180) are brought to
+    the coming round's cache (`CostLog.slope`, `verify_at`): at 100 slots a chain that costs 1% more a token than
+    plain decoding there loses, where the late plain rounds' price would have made it look 15% faster. The slots are
+    kept with the costs for the next process; rounds whose slots are unknown are priced as timed."""
+    slope = 0.0002  # seconds a cache slot adds to a round, every width alike
+
+    def cost(width, slots):  # at 100 slots: 0.2 s a plain round, 60% of that per token more
+        return 0.200 * (1 + 0.60 * (width - 1)) + slope * (slots - 100)
+
+    log = CostLog(batch_size=8, path=tmp_path / "costs.json", key={"batch_size": 8})
+    for i in range(9):
+        at = 400 + 10 * i
+        log.add_verify(1, cost(1, at) * (1.2 if i == 8 else 1.0), at if slots_known else None)  # one slowed round
+    for i, width in enumerate((2, 4, 8, 16, 32, 64)):
+        at = 100 + 16 * i
+        log.add_verify(width, cost(width, at), at if slots_known else None)
+    log.add_draft(1, 0.004)
+    log.add_draft(2, 0.005)
+    tuner = ShapeTuner(log, observed(RANKS), start=DraftShape(4, 1, 4))
+    shape = tuner.next_shape(slots=100)
+    priced = log.costs(100)
+    if slots_known:
+        assert log.slope() == pytest.approx(slope, rel=1e-6)
+        assert priced.verify_time(1) == pytest.approx(cost(1, 100), rel=1e-6)
+        assert priced.verify_time(2) == pytest.approx(cost(2, 100), rel=0.1)
+        assert log.costs().verify_time(1) == pytest.approx(cost(1, 440), rel=1e-6)  # as timed: the lower median
+        assert shape == DraftShape(), tuner.choice.predictions
+        kept = CostLog(batch_size=8, path=log.path, key={"batch_size": 8}).load() if log.save() is None else None
+        assert kept.slope() == pytest.approx(slope, rel=1e-6) and kept.verify_slots == log.verify_slots
+    else:
+        assert log.slope() == 0.0 and priced.verify_time(1) == pytest.approx(cost(1, 440), rel=1e-6)
+        assert not shape.is_plain, tuner.choice.predictions
 
 
 def test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent(

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .acceptance_slimspec import DepthAcceptance, depth_acceptance, tokens_by_size
-from .costs_slimspec import CostLog, LookupRate, RoundCosts, cost_log, costs_at_rows, lookup_rate
+from .acceptance_slimspec import DepthAcceptance, LookupRate, depth_acceptance, lookup_rate, tokens_by_size
+from .costs_slimspec import CostLog, RoundCosts, cost_log, costs_at_rows
 
 
 @dataclass(frozen=True)
@@ -315,6 +315,7 @@ class ShapeTuner:
         self.candidates: list[DraftShape] = []
         self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
         self.drafted_last = False  # the last round ran the drafter: its state is current
+        self.slots: float | None = None  # the cache slots the coming round reads first: where its costs are priced
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
         self.explore = log.plain_chosen
@@ -326,10 +327,10 @@ class ShapeTuner:
         level of this batch size's own rounds, whose widths stand (SmolLM2, bf16: one row's curve, brought to 4 rows,
         put widths 4 and 8 11 and 20 ms above a plain round, where 4 rows measured 11-19 and 17-25)."""
         if self.estimated:
-            costs = costs_at_rows(self.log.batch_size, self.smaller, own=self.log)
+            costs = costs_at_rows(self.log.batch_size, self.smaller, own=self.log, slots=self.slots)
             if costs is not None and self.log.verify.get(1):
                 return costs
-        return self.log.costs()
+        return self.log.costs(self.slots)
 
     def tried(self, name: str) -> bool:
         """Whether rounds of the shape `name` were measured at this batch size (the settings' own shape counts as
@@ -342,9 +343,10 @@ class ShapeTuner:
         predicted tokens."""
         return (self.accepted + CALIBRATION_PRIOR) / (self.predicted + CALIBRATION_PRIOR)
 
-    def next_shape(self, rows: int | None = None) -> DraftShape:
-        """The shape of the coming round over `rows` rows (default the batch; `probing`: whether it is a probe)."""
-        self.probing = False
+    def next_shape(self, rows: int | None = None, slots: float | None = None) -> DraftShape:
+        """The shape of the coming round over `rows` rows (default the batch) after `slots` cache slots (None:
+        unknown; the costs are priced there); `probing`: whether it is a probe."""
+        self.probing, self.slots = False, slots
         if rows is not None and rows < self.log.batch_size and self.choice is not None:
             return self.fewer_rows(rows)
         if len(self.log.verify.get(1, ())) < TIMED_ROUNDS:
@@ -403,7 +405,7 @@ class ShapeTuner:
         many rows left, this call's or an earlier one's (the choice is kept with that count's log)."""
         left = self.log_for(rows, left_of=self.log.batch_size)
         if left.choice is None or left.rounds_since_choice >= self.every:
-            costs = costs_at_rows(rows, [*self.smaller, self.log], left)
+            costs = costs_at_rows(rows, [*self.smaller, self.log], left, slots=self.slots)
             if costs is None:
                 return self.shape
             candidates = candidate_shapes(
@@ -436,7 +438,7 @@ class ShapeTuner:
         tokens and one per further level over `top_k` nodes, each at the cheapest step measured that wide. At 8
         rows, sampled, widths 16 and 32 had cost 0.26 and 0.38-0.93 s a round against 85 ms for a plain one, for 1.9
         and 1.3 tokens a row."""
-        costs = self.log.costs()
+        costs = self.log.costs(self.slots)
         if costs is None:
             return True
         width, widest = probe.size + 1, len(costs.verify)
@@ -483,7 +485,7 @@ class ShapeTuner:
         if predicted is not None and yielded is not None:
             self.log.yields.add(name, yielded - 1.0, predicted - 1.0)
         self.drafted_last = bool(draft_steps)
-        log.add_verify(shape.size + 1 if width is None else width, verify_seconds)
+        log.add_verify(shape.size + 1 if width is None else width, verify_seconds, self.slots)
         for nodes, step in draft_steps:
             log.add_draft(max(1, round(nodes)), step)
         if not full:
@@ -529,10 +531,10 @@ class RoundTimer:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def start(self, threshold: float, rows: int | None = None):
-        """Marks the start of a round over `rows` rows (default the batch); returns its shape (a `tree_shape` with
-        the call's confidence `threshold`)."""
-        self.shape = self.tuner.next_shape(rows)
+    def start(self, threshold: float, rows: int | None = None, slots: int | None = None):
+        """Marks the start of a round over `rows` rows (default the batch) after `slots` cache slots; returns its
+        shape (a `tree_shape` with the call's confidence `threshold`)."""
+        self.shape = self.tuner.next_shape(rows, slots)
         # a probe measures its own width, without lookup (its shapes have none): lookup's drafts would widen it
         self.lookup_allowed = self.shape.lookup and not self.tuner.probing
         self.started = self.committed = self.drafted = self.now()

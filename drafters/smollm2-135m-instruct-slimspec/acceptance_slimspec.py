@@ -3,7 +3,8 @@
 the target's token was among the drafter's m likeliest there (sampling: one of its first m draws was accepted),
 counted from every verified round (`record_depths`), kept per drafter and mode for the process (`depth_acceptance`,
 starting from what the drafter's generation config stores), and the tokens a tree of each size is expected to yield
-from it (`tokens_by_size`; the formula is in `shapes_slimspec`).
+from it (`tokens_by_size`; the formula is in `shapes_slimspec`); and what prompt lookup's drafts yield in the text
+decoded (`LookupRate`, per drafter and mode for the process: `lookup_rate`).
 
 Part of the remote-code unit: it imports only the standard library and `costs_slimspec`.
 """
@@ -217,6 +218,91 @@ def record_depths(acceptance: DepthAcceptance, tree, path: list[int], token: int
         node = path[depth - 1]
 
 
+# what lookup's grafts add per drafter row before any is measured, and what that guess is worth in rows: measured, they
+# add 0.3-0.7 tokens a row to SmolLM2's sampled rounds (MT-Bench)
+GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0
+
+
+@dataclass
+class LookupRate:
+    """What prompt lookup would do in a row's round, counted from the text decoded: over `rounds` row-rounds, in
+    `alone` of them its match was long enough to draft alone, verifying `width` tokens per row in all (its draft and
+    the root) and yielding `tokens` (its draft's agreement with the tokens the target went on to emit, plus the
+    target's own). Every round of a `draft_shape="auto"` call counts, whether or not it drafted with lookup: a lookup
+    draft is accepted exactly as far as it agrees with the target's tokens (greedy; sampled, a one-hot draft is
+    accepted exactly when the target's draw is its token, so the agreement has the acceptance's distribution)."""
+
+    rounds: float = 0.0
+    alone: float = 0.0
+    tokens: float = 0.0
+    width: float = 0.0
+    # the drafter's rows of rounds that drafted with lookup: how many, the tokens its grafts added to their accepted
+    # paths, how many it grafted onto and the nodes those grafts added to the verified ones
+    drafted: float = 0.0
+    graft_tokens: float = 0.0
+    grafted: float = 0.0
+    graft_nodes: float = 0.0
+
+    def add_graft(self, tokens: int, nodes: int) -> None:
+        """One drafter row of a round that drafted with lookup: its grafts added `tokens` to the accepted path and
+        `nodes` to the verified ones (0 and 0: nothing grafted)."""
+        self.drafted += 1.0
+        self.graft_tokens += float(tokens)
+        if nodes > 0:
+            self.grafted += 1.0
+            self.graft_nodes += float(nodes)
+
+    @property
+    def graft_gain(self) -> float:
+        """G: tokens lookup's grafts add per drafter row, from a prior of `GRAFT_PRIOR` tokens worth
+        `GRAFT_PRIOR_ROWS` rows (optimistic: a shape with lookup gets drafted, and so measured, before it is ruled
+        out)."""
+        return (self.graft_tokens + GRAFT_PRIOR * GRAFT_PRIOR_ROWS) / (self.drafted + GRAFT_PRIOR_ROWS)
+
+    @property
+    def graft_share(self) -> float:
+        """g: the share of drafter rows lookup grafts onto."""
+        return self.grafted / self.drafted if self.drafted else 0.0
+
+    @property
+    def graft_width(self) -> float:
+        """n_g: the nodes a graft adds to its row."""
+        return self.graft_nodes / self.grafted if self.grafted else 0.0
+
+    def add(self, draft: int | None, tokens: int = 0) -> None:
+        """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
+        (agreement + 1)."""
+        self.rounds += 1.0
+        if draft is not None:
+            self.alone += 1.0
+            self.tokens += float(tokens)
+            self.width += float(draft + 1)
+
+    @property
+    def share(self) -> float:
+        """p: the share of row-rounds lookup drafts alone."""
+        return self.alone / self.rounds if self.rounds else 0.0
+
+    @property
+    def round_tokens(self) -> float:
+        """E_L: tokens a row-round drafted by lookup alone yields."""
+        return self.tokens / self.alone if self.alone else 1.0
+
+    @property
+    def round_width(self) -> float:
+        """W_L: tokens per row such a round verifies."""
+        return self.width / self.alone if self.alone else 1.0
+
+
+# What prompt lookup would do in each drafter's calls of this process (greedy and sampled apart; weak keys)
+_LOOKUP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def lookup_rate(drafter, sampled: bool) -> LookupRate:
+    """What prompt lookup would do in the rounds this process decoded with `drafter` (greedy or sampled)."""
+    return _LOOKUP.setdefault(drafter, {}).setdefault(sampled, LookupRate())
+
+
 __all__ = [
     "DepthAcceptance",
     "tokens_by_size",
@@ -224,4 +310,6 @@ __all__ = [
     "measured_acceptance",
     "record_depths",
     "STORED_ROUNDS",
+    "LookupRate",
+    "lookup_rate",
 ]

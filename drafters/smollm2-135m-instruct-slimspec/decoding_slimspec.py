@@ -212,7 +212,8 @@ class SpeculativeDecoder:
         """Drafts every active row, verifies them in one forward, accepts per row; returns each active row's
         appended tokens (1, n)."""
         if self.timer is not None:
-            self.shape = self.proposer.shape = self.timer.start(self.shape.threshold, len(self.active))
+            slots = self.slots.valid.shape[1]  # what the round's attention reads first: its cost grows with it
+            self.shape = self.proposer.shape = self.timer.start(self.shape.threshold, len(self.active), slots)
         self.round_lookup = self.lookup if self.timer is None or self.timer.lookup_allowed else None
         trees = self.propose()
         if self.timer is not None:

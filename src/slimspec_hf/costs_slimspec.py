@@ -3,13 +3,14 @@
 tokens per row, the drafter's step over w nodes, at one batch size and prompt-length bucket), the curves the choice
 reads (`RoundCosts`), the plain-decoding choices with their re-check cadence, and their keeping across processes
 (`costs_file`: one JSON file per target and drafter architecture, dtype, processor, threads, batch size and prompt
-length, in the package's cache folder); and what prompt lookup yields in the text decoded (`LookupRate`).
+length, in the package's cache folder).
 
 Part of the remote-code unit: it imports only the standard library and `torch`.
 """
 
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -105,15 +106,15 @@ class ShapeRatios:
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
 # a call of several rows that drafted and ran slower than this much under the plain calls' speed (`judge_call`) makes
-# the next calls decode plain: the rounds' prices compare rounds timed at other points of other calls (a plain round
-# timed late in a call, over a longer context, costs more than one early: at 8 rows, bf16, 97 ms at a call's start,
-# 107-127 forty tokens on), and the rounds over the rows left, or the loop's own work, may lose what they gain
+# the next calls decode plain: the rounds over the rows left, or the loop's own work, may lose what the rounds gain
 JUDGE_MARGIN = 0.05
 # a call is judged (a plain one sets the plain speed) only where its rows made this many tokens each after their
-# first: a short call's few steps run over short caches (at 4 rows, a warm-up call of 8 tokens set the plain speed,
-# the one call that drafted, 96 tokens long, fell short of it, and 7 plain calls followed: 0.94x the target where the
-# fixed shape ran 1.03x)
+# first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a speed)
 JUDGE_MIN_TOKENS = 16
+# a verification costs more the more cache slots its attention reads (SmolLM2, bf16, 1 thread, `slimspec bench-verify
+# --context 128 / 256 / 512`: a plain round 61 / 62 / 69 ms at one row, 106 / 128 / 225 at 8): two kept rounds of one
+# width this many slots apart estimate the cost of a slot (`CostLog.slope`), and at least this many estimates make one
+SLOPE_MIN_SPREAD, SLOPE_MIN_PAIRS = 8, 3
 
 
 class CostLog:
@@ -137,6 +138,7 @@ class CostLog:
         # calls: what a call that drafted is held against (`judge_call`)
         self.plain_speeds: list[float] = []
         self.verify: dict[int, list[float]] = {}
+        self.verify_slots: dict[int, list[float]] = {}  # the cache slots each verification read first (nan: unknown)
         self.draft: dict[int, list[float]] = {}
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
         # over rounds of the whole batch, per shape: seconds measured over priced, and the tokens a row gained beyond
@@ -152,8 +154,10 @@ class CostLog:
         times.append(float(seconds))
         del times[: -self.keep]
 
-    def add_verify(self, width: int, seconds: float) -> None:
+    def add_verify(self, width: int, seconds: float, slots: float | None = None) -> None:
+        """A verification `width` tokens wide per row that took `seconds`, after `slots` cache slots (None: unknown)."""
         self.add(self.verify, width, seconds)
+        self.add(self.verify_slots, width, math.nan if slots is None else slots)
 
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
@@ -179,6 +183,9 @@ class CostLog:
                 name: {int(w): [float(t) for t in times] for w, times in stored[name].items()}
                 for name in ("verify", "draft")
             }
+            slots = {
+                int(w): [math.nan if s is None else float(s) for s in v] for w, v in stored.get("slots", {}).items()
+            }
             choices = stored.get("choices") or {}
             if stored["format"] == 1:  # the choices of both modes in every file: this file's mode's
                 choices = {**(choices.get((self.key or {}).get("mode")) or {}), "chooser": choices.get("chooser")}
@@ -195,9 +202,11 @@ class CostLog:
         self.plain_speeds = [v for v in speeds if math.isfinite(v) and v > 0][-self.keep :]
         for name, table in tables.items():
             for width, times in table.items():
-                for seconds in times:
+                read = slots.get(width, []) if name == "verify" else []
+                for seconds, slot in zip(times, read if len(read) == len(times) else [math.nan] * len(times)):
                     if width >= 1 and math.isfinite(seconds) and seconds > 0:
-                        self.add(getattr(self, name), width, seconds)
+                        at = slot if math.isfinite(slot) and slot >= 0 else None
+                        self.add_verify(width, seconds, at) if name == "verify" else self.add_draft(width, seconds)
         return self
 
     def save(self) -> None:
@@ -216,7 +225,10 @@ class CostLog:
         partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            stored = {"format": COSTS_FORMAT, "key": self.key, **tables, "choices": choices}
+            slots = {
+                str(w): [s if math.isfinite(s) else None for s in v] for w, v in sorted(self.verify_slots.items())
+            }
+            stored = {"format": COSTS_FORMAT, "key": self.key, **tables, "slots": slots, "choices": choices}
             partial.write_text(json.dumps(stored), encoding="utf-8")
             os.replace(partial, self.path)
         except OSError as err:
@@ -259,6 +271,37 @@ class CostLog:
             values.append(best)
         return tuple(values)
 
+    def slope(self) -> float:
+        """What one more cache slot adds to a verification, in seconds: the median, over pairs of kept rounds of one
+        width timed at least `SLOPE_MIN_SPREAD` slots apart, of their difference in time over their difference in
+        slots (robust to a few rounds slowed by anything else); 0 with fewer than `SLOPE_MIN_PAIRS` pairs, or where
+        that median is negative."""
+        slopes = []
+        for width, times in self.verify.items():
+            points = [(s, t) for s, t in zip(self.verify_slots.get(width, ()), times) if math.isfinite(s)]
+            for (s1, t1), (s2, t2) in itertools.combinations(points, 2):
+                if abs(s2 - s1) >= SLOPE_MIN_SPREAD:
+                    slopes.append((t2 - t1) / (s2 - s1))
+        return max(statistics.median(slopes), 0.0) if len(slopes) >= SLOPE_MIN_PAIRS else 0.0
+
+    def verify_at(self, slots: float | None) -> dict[int, list[float]]:
+        """The kept verification times as they would have run after `slots` cache slots: each moved by `slope`
+        over its distance from there (never below half its own time); as kept where `slots` is None or a round's
+        slots are unknown. Prices compare rounds at one cache length: the plain rounds a log keeps are timed late in
+        calls (one in `PLAIN_EVERY` while drafting), over longer caches than the drafting rounds of a call's start."""
+        slope = self.slope() if slots is not None else 0.0
+        if slope <= 0:
+            return self.verify
+
+        def moved(seconds: float, at: float) -> float:
+            return seconds if not math.isfinite(at) else max(seconds + slope * (slots - at), seconds / 2)
+
+        def read(width: int, times: list[float]) -> list[float]:
+            slots = self.verify_slots.get(width, ())
+            return slots if len(slots) == len(times) else [math.nan] * len(times)
+
+        return {w: [moved(t, s) for t, s in zip(times, read(w, times))] for w, times in self.verify.items()}
+
     def borrowed(self) -> "CostLog | None":
         """The log of the nearest other prompt length (`related`) that measured wider rounds: its costs stand in for
         the widths not measured here (`costs`)."""
@@ -275,17 +318,19 @@ class CostLog:
         other = self.borrowed()
         return set(self.verify) | (set(other.verify) if other is not None else set())
 
-    def costs(self) -> RoundCosts | None:
-        """The measured curves, or None before one plain round (width 1) and one drafter step were seen.
+    def costs(self, slots: float | None = None) -> RoundCosts | None:
+        """The measured curves (verifications brought to `slots` cache slots, `verify_at`), or None before one plain
+        round (width 1) and one drafter step were seen.
 
         A width not measured at this prompt length takes the nearest measured one's cost (`borrowed`), scaled by the
         two plain rounds' ratio (a longer prompt makes every width dearer, about alike), and a drafter step not
         measured here its cost there: a new prompt length needs its plain rounds only, not its own probing."""
-        verify, draft = self.verify, self.draft
+        verify, draft = self.verify_at(slots), self.draft
         other = self.borrowed()
         if other is not None and verify.get(1):
-            scale = self.lower_median(verify[1]) / self.lower_median(other.verify[1])
-            verify = {**{w: [t * scale for t in times] for w, times in other.verify.items() if times}, **verify}
+            theirs = other.verify_at(slots)
+            scale = self.lower_median(verify[1]) / self.lower_median(theirs[1])
+            verify = {**{w: [t * scale for t in times] for w, times in theirs.items() if times}, **verify}
             draft = {**{w: times for w, times in other.draft.items() if times}, **draft}
         if 1 not in verify or not draft:
             return None
@@ -308,7 +353,9 @@ class CostLog:
         return math.sqrt(2) * 1.25 * 1.4826 * mad / median / math.sqrt(len(times))
 
 
-def costs_at_rows(rows: int, logs: list[CostLog], own: CostLog | None = None) -> RoundCosts | None:
+def costs_at_rows(
+    rows: int, logs: list[CostLog], own: CostLog | None = None, slots: float | None = None
+) -> RoundCosts | None:
     """The costs of rounds over `rows` rows, from `logs` at other batch sizes (a batch whose first rows have
     finished decodes its last rounds over fewer rows). A plain round's cost is linear in the rows between the nearest
     batch sizes measured below and above (the nearest one where only one side was measured). What a wider round adds
@@ -317,8 +364,9 @@ def costs_at_rows(rows: int, logs: list[CostLog], own: CostLog | None = None) ->
     ms at 4 rows where 8 rows added 35, and a width of 8 about 5 ms at one row where 4 rows added 20-25); the
     drafter's steps linear in the rows. Where rounds over the rows left were timed themselves (`own`), the curve is
     moved to their level (the median difference over the widths timed: they ran late in their calls, over longer
-    caches, whose reading costs each round alike) and their own medians stand. None where no log has costs."""
-    measured = {log.batch_size: costs for log in logs if (costs := log.costs()) is not None}
+    caches, whose reading costs each round alike) and their own medians stand. Every log's verifications are brought
+    to `slots` cache slots (`CostLog.verify_at`). None where no log has costs."""
+    measured = {log.batch_size: costs for log in logs if (costs := log.costs(slots)) is not None}
     lower = max((b for b in measured if b < rows), default=None)
     upper = min((b for b in measured if b > rows), default=None)
     if lower is None and upper is None:
@@ -338,7 +386,7 @@ def costs_at_rows(rows: int, logs: list[CostLog], own: CostLog | None = None) ->
     plain = blend(lambda c: c.verify[0])
     verify = {w: plain + blend(added(w)) for w in range(1, max(len(low.verify), len(high.verify)) + 1)}
     draft = {w: [blend(step(w))] for w in range(1, max(len(low.draft), len(high.draft)) + 1)}
-    timed = {w: times for w, times in (own.verify.items() if own is not None else ()) if times}
+    timed = {w: times for w, times in (own.verify_at(slots).items() if own is not None else ()) if times}
     offsets = [CostLog.lower_median(times) - verify[w] for w, times in timed.items() if w in verify]
     offset = statistics.median(offsets) if offsets else 0.0
     verify = {**{w: [max(t + offset, 0.0)] for w, t in verify.items()}, **timed}
@@ -554,94 +602,7 @@ def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool
     return out
 
 
-# what lookup's grafts add per drafter row before any is measured, and what that guess is worth in rows: measured, they
-# add 0.3-0.7 tokens a row to SmolLM2's sampled rounds (MT-Bench)
-GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0
-
-
-@dataclass
-class LookupRate:
-    """What prompt lookup would do in a row's round, counted from the text decoded: over `rounds` row-rounds, in
-    `alone` of them its match was long enough to draft alone, verifying `width` tokens per row in all (its draft and
-    the root) and yielding `tokens` (its draft's agreement with the tokens the target went on to emit, plus the
-    target's own). Every round of a `draft_shape="auto"` call counts, whether or not it drafted with lookup: a lookup
-    draft is accepted exactly as far as it agrees with the target's tokens (greedy; sampled, a one-hot draft is
-    accepted exactly when the target's draw is its token, so the agreement has the acceptance's distribution)."""
-
-    rounds: float = 0.0
-    alone: float = 0.0
-    tokens: float = 0.0
-    width: float = 0.0
-    # the drafter's rows of rounds that drafted with lookup: how many, the tokens its grafts added to their accepted
-    # paths, how many it grafted onto and the nodes those grafts added to the verified ones
-    drafted: float = 0.0
-    graft_tokens: float = 0.0
-    grafted: float = 0.0
-    graft_nodes: float = 0.0
-
-    def add_graft(self, tokens: int, nodes: int) -> None:
-        """One drafter row of a round that drafted with lookup: its grafts added `tokens` to the accepted path and
-        `nodes` to the verified ones (0 and 0: nothing grafted)."""
-        self.drafted += 1.0
-        self.graft_tokens += float(tokens)
-        if nodes > 0:
-            self.grafted += 1.0
-            self.graft_nodes += float(nodes)
-
-    @property
-    def graft_gain(self) -> float:
-        """G: tokens lookup's grafts add per drafter row, from a prior of `GRAFT_PRIOR` tokens worth
-        `GRAFT_PRIOR_ROWS` rows (optimistic: a shape with lookup gets drafted, and so measured, before it is ruled
-        out)."""
-        return (self.graft_tokens + GRAFT_PRIOR * GRAFT_PRIOR_ROWS) / (self.drafted + GRAFT_PRIOR_ROWS)
-
-    @property
-    def graft_share(self) -> float:
-        """g: the share of drafter rows lookup grafts onto."""
-        return self.grafted / self.drafted if self.drafted else 0.0
-
-    @property
-    def graft_width(self) -> float:
-        """n_g: the nodes a graft adds to its row."""
-        return self.graft_nodes / self.grafted if self.grafted else 0.0
-
-    def add(self, draft: int | None, tokens: int = 0) -> None:
-        """One row-round: lookup would draft `draft` tokens alone (None: it would not), `tokens` of them emitted
-        (agreement + 1)."""
-        self.rounds += 1.0
-        if draft is not None:
-            self.alone += 1.0
-            self.tokens += float(tokens)
-            self.width += float(draft + 1)
-
-    @property
-    def share(self) -> float:
-        """p: the share of row-rounds lookup drafts alone."""
-        return self.alone / self.rounds if self.rounds else 0.0
-
-    @property
-    def round_tokens(self) -> float:
-        """E_L: tokens a row-round drafted by lookup alone yields."""
-        return self.tokens / self.alone if self.alone else 1.0
-
-    @property
-    def round_width(self) -> float:
-        """W_L: tokens per row such a round verifies."""
-        return self.width / self.alone if self.alone else 1.0
-
-
-# What prompt lookup would do in each drafter's calls of this process (greedy and sampled apart; weak keys)
-_LOOKUP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def lookup_rate(drafter, sampled: bool) -> LookupRate:
-    """What prompt lookup would do in the rounds this process decoded with `drafter` (greedy or sampled)."""
-    return _LOOKUP.setdefault(drafter, {}).setdefault(sampled, LookupRate())
-
-
 __all__ = [
-    "LookupRate",
-    "lookup_rate",
     "RoundCosts",
     "CostLog",
     "ShapeRatios",

@@ -30,6 +30,8 @@ PLAIN_START = (
     "test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent"
 )
 JUDGED = "tests/test_shapes_slimspec.py::test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next"
+SLOTS = "tests/test_shapes_slimspec.py::test_rounds_timed_over_longer_caches_are_priced_at_the_coming_rounds_cache"
+KEPT = "tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
 MUTANTS = [
@@ -373,7 +375,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "scale = self.lower_median(verify[1]) / self.lower_median(other.verify[1])",
+                "scale = self.lower_median(verify[1]) / self.lower_median(theirs[1])",
                 "scale = 1.0",
             ),
         ),
@@ -471,7 +473,7 @@ MUTANTS = [
         name="auto shapes: lookup's grafts start from nothing, so a shape with lookup may never be drafted to measure them",
         edits=(
             Edit(
-                "costs_slimspec.py",
+                "acceptance_slimspec.py",
                 "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.3, 16.0",
                 "GRAFT_PRIOR, GRAFT_PRIOR_ROWS = 0.0, 16.0",
             ),
@@ -833,6 +835,62 @@ MUTANTS = [
         name="auto calls: the decoding loop's calls judged as plain ones",
         edits=(Edit("costs_slimspec.py", "drafted=bool(extra))", "drafted=False)"),),
         tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto costs: rounds priced as timed, whatever cache they read",
+        edits=(Edit("costs_slimspec.py", "slope = self.slope() if slots is not None else 0.0", "slope = 0.0"),),
+        tests=(SLOTS,),
+    ),
+    Mutant(
+        name="auto costs: the cost a cache slot adds taken as the mean over pairs (one slowed round moves it)",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return max(statistics.median(slopes), 0.0) if len(slopes) >= SLOPE_MIN_PAIRS else 0.0",
+                "return max(statistics.fmean(slopes), 0.0) if len(slopes) >= SLOPE_MIN_PAIRS else 0.0",
+            ),
+        ),
+        tests=(SLOTS,),
+    ),
+    Mutant(
+        name="auto costs: the choice priced where the rounds were timed, not at the coming round's cache",
+        edits=(
+            Edit("shapes_slimspec.py", "        return self.log.costs(self.slots)", "        return self.log.costs()"),
+        ),
+        tests=(SLOTS,),
+    ),
+    Mutant(
+        name="auto costs: a round's cache slots not recorded with its time",
+        edits=(
+            Edit(
+                "shapes_slimspec.py",
+                "log.add_verify(shape.size + 1 if width is None else width, verify_seconds, self.slots)",
+                "log.add_verify(shape.size + 1 if width is None else width, verify_seconds)",
+            ),
+        ),
+        tests=(KEPT,),
+    ),
+    Mutant(
+        name="auto costs: the decoding loop's rounds timed without the cache they read",
+        edits=(
+            Edit(
+                "decoding_slimspec.py",
+                "self.timer.start(self.shape.threshold, len(self.active), slots)",
+                "self.timer.start(self.shape.threshold, len(self.active))",
+            ),
+        ),
+        tests=(KEPT,),
+    ),
+    Mutant(
+        name="auto costs: the rounds' cache slots not kept for the next process",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                '**tables, "slots": slots, "choices": choices}',
+                '**tables, "choices": choices}',
+            ),
+        ),
+        tests=(SLOTS, KEPT),
     ),
     Mutant(
         name="auto shapes: in a call, every shape counts as tried (its rounds measured or not)",
