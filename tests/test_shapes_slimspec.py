@@ -754,9 +754,10 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 
 
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
-    """Over several rows `auto`'s first call decodes plain, timed (useful tokens a second: each row's up to its EOS);
-    a later call that drafted slower than the plain calls by more than `JUDGE_MARGIN` makes the next calls decode
-    plain (re-checked later, the wait doubled); one within the margin does not. Kept with the costs."""
+    """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
+    its EOS, after its first); a later call that drafted through its longest row slower than the plain calls by more
+    than `JUDGE_MARGIN` makes the next calls decode plain (re-checked later, the wait doubled); one within the margin
+    does not. Kept with the costs."""
     import time
     import weakref
 
@@ -780,11 +781,11 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     assert torch.equal(out, plain) and drafter.last_generation_stats.draft_shape == {"shape": "plain"}
     eos = tiny_target.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    assert calls[-1][5] == sum(costs_slimspec.new_token_counts(plain, 6, eos_ids)) - 2 and calls[-1][7] is False
+    assert calls[-1][5] == max(costs_slimspec.new_token_counts(plain, 6, eos_ids)) - 1 and calls[-1][7] is False
     log = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
-    assert len(log.plain_speeds) == 1 and log.plain_speeds[0] == calls[-1][5] / calls[-1][6]
+    assert len(log.plain_rates) == 1 and log.plain_rates[0] == calls[-1][5] / calls[-1][6]
     out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)  # the loop runs
-    assert torch.equal(out, plain) and calls[-1][7] is True and len(log.plain_speeds) == 1
+    assert torch.equal(out, plain) and calls[-1][7] is True and len(log.plain_rates) == 1
     assert costs_slimspec.new_token_counts(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 9]]), 1, {9}) == [3, 1]
     # the call timed from its first token on: a slow prompt pass is not counted
     forward = type(tiny_target).forward
@@ -800,28 +801,28 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
 
     monkeypatch.setattr(type(tiny_target), "forward", slow_prompt)
     for drafting in (False, True):
-        log.plain_speeds = log.plain_speeds if drafting else []
+        log.plain_rates = log.plain_rates if drafting else []
         log.plain_chosen = False
         tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)
         assert calls[-1][7] is drafting and calls[-1][6] < 0.5, calls[-1]
     monkeypatch.setattr(type(tiny_target), "forward", forward)
 
-    log.plain_speeds, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 tokens a second
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 31, 1.0, False)  # under 16 tokens a row: left out
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 31, 1.0, True)
-    assert log.plain_speeds == [100.0, 120.0, 90.0] and not log.plain_chosen
+    log.plain_rates, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 steps a second
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 0.1, False)  # under 16 steps: left out
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 1.0, True)
+    assert log.plain_rates == [100.0, 120.0, 90.0] and not log.plain_chosen
     before = log.recheck_every
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # within the margin
     assert not log.plain_chosen
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # 6% slower
     assert log.plain_chosen and log.recheck_every == 2 * before
     one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
-    one.plain_speeds = [100.0]
+    one.plain_rates = [100.0]
     costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 50, 1.0, True)  # one row: its rounds decide
     assert not one.plain_chosen
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
-    assert kept.plain_speeds == [100.0, 120.0, 90.0] and kept.plain_chosen
+    assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen
     assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
 
 

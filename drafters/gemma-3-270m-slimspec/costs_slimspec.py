@@ -108,8 +108,8 @@ RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at fi
 # a call of several rows that drafted and ran slower than this much under the plain calls' speed (`judge_call`) makes
 # the next calls decode plain: the rounds over the rows left, or the loop's own work, may lose what the rounds gain
 JUDGE_MARGIN = 0.05
-# a call is judged (a plain one sets the plain speed) only where its rows made this many tokens each after their
-# first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a speed)
+# a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
+# first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
 JUDGE_MIN_TOKENS = 16
 # a verification costs more the more cache slots its attention reads (SmolLM2, bf16, 1 thread, `slimspec bench-verify
 # --context 128 / 256 / 512`: a plain round 61 / 62 / 69 ms at one row, 106 / 128 / 225 at 8): two kept rounds of one
@@ -134,9 +134,9 @@ class CostLog:
         # plain calls between two re-check calls: doubled each time a re-check chooses plain again, reset by a
         # choice that drafts (`RECHECK_EVERY` .. `RECHECK_MOST`)
         self.recheck_every = RECHECK_EVERY
-        # over several rows, the useful tokens a second (`new_token_counts`) of the last `keep` plain `generate()`
-        # calls: what a call that drafted is held against (`judge_call`)
-        self.plain_speeds: list[float] = []
+        # over several rows, the steps a second of the last `keep` plain `generate()` calls (the longest row's tokens
+        # after its first, `new_token_counts`): what a call that drafted is held against (`judge_call`)
+        self.plain_rates: list[float] = []
         self.verify: dict[int, list[float]] = {}
         self.verify_slots: dict[int, list[float]] = {}  # the cache slots each verification read first (nan: unknown)
         self.draft: dict[int, list[float]] = {}
@@ -192,14 +192,14 @@ class CostLog:
             plain, speeds = None, []
             if choices.get("chooser") == self.chooser and "plain" in choices:
                 plain = bool(choices["plain"]), int(choices["calls"]), int(choices["every"])
-                speeds = [float(v) for v in choices.get("speeds") or []]
+                speeds = [float(v) for v in choices.get("steps") or []]
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
             logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
             return self
         if plain is not None:
             self.plain_chosen, self.plain_calls = plain[0], max(0, plain[1])
             self.recheck_every = min(max(plain[2], RECHECK_EVERY), RECHECK_MOST)
-        self.plain_speeds = [v for v in speeds if math.isfinite(v) and v > 0][-self.keep :]
+        self.plain_rates = [v for v in speeds if math.isfinite(v) and v > 0][-self.keep :]
         for name, table in tables.items():
             for width, times in table.items():
                 read = slots.get(width, []) if name == "verify" else []
@@ -220,7 +220,7 @@ class CostLog:
             "plain": self.plain_chosen,
             "calls": self.plain_calls,
             "every": self.recheck_every,
-            "speeds": self.plain_speeds,
+            "steps": self.plain_rates,
         }
         partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
         try:
@@ -517,7 +517,7 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
     again. Over several rows the first call decodes plain as well: its speed is what later calls that draft are
     held against (`judge_call`)."""
     log = cost_log(target, drafter, batch_size, context, sampled)
-    if batch_size > 1 and not log.plain_speeds:
+    if batch_size > 1 and not log.plain_rates:
         return True
     if not log.plain_chosen:
         return False
@@ -539,20 +539,22 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
 
 
 def judge_call(
-    target, drafter, batch_size: int, context: int, sampled: bool, tokens: int, seconds: float, drafted: bool
+    target, drafter, batch_size: int, context: int, sampled: bool, steps: int, seconds: float, drafted: bool
 ) -> None:
-    """After a `draft_shape="auto"` call over `batch_size` > 1 rows that made `tokens` useful tokens (each row's up
-    to its EOS: `new_token_counts`) in `seconds`: a plain call's speed joins `CostLog.plain_speeds`; a call that
-    `drafted` (the decoding loop ran) slower than their median by more than `JUDGE_MARGIN` makes the next calls
-    decode plain, the re-checks' wait doubled (`plain_is_chosen`). A call of fewer than `JUDGE_MIN_TOKENS` a row is
-    left out."""
-    if batch_size <= 1 or tokens < JUDGE_MIN_TOKENS * batch_size or not seconds > 0:
+    """After a `draft_shape="auto"` call over `batch_size` > 1 rows whose longest row made `steps` tokens after its
+    first (up to its EOS: `new_token_counts`) in `seconds`: plain `generate()` steps every row until the longest
+    ends, so a plain call's steps a second join `CostLog.plain_rates`, and a call that `drafted` (the decoding loop
+    ran) through its longest row slower than their median by more than `JUDGE_MARGIN` makes the next calls decode
+    plain, the re-checks' wait doubled (`plain_is_chosen`). Steps, not tokens: useful tokens a second swing with how
+    unequal a batch's rows are (at 4 rows, bf16, plain calls ran 24-62 of them a second). A call of fewer than
+    `JUDGE_MIN_TOKENS` steps is left out."""
+    if batch_size <= 1 or steps < JUDGE_MIN_TOKENS or not seconds > 0:
         return
     log = cost_log(target, drafter, batch_size, context, sampled)
-    speed = tokens / seconds
+    speed = steps / seconds
     if not drafted:
-        log.plain_speeds = [*log.plain_speeds, speed][-log.keep :]
-    elif log.plain_speeds and speed < statistics.median(log.plain_speeds) * (1 - JUDGE_MARGIN):
+        log.plain_rates = [*log.plain_rates, speed][-log.keep :]
+    elif log.plain_rates and speed < statistics.median(log.plain_rates) * (1 - JUDGE_MARGIN):
         log.plain_chosen, log.plain_calls = True, 0
         log.recheck_every = min(2 * log.recheck_every, RECHECK_MOST)
     else:
@@ -580,8 +582,8 @@ class FirstStepClock(StoppingCriteria):
 def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool, /, **extra):
     """`generate(target, **arguments, **extra)`; a `draft_shape="auto"` call (`auto`) over several rows is timed from
     its first token on (`FirstStepClock`: the prompts' pass costs what their length makes it, drafting or not), its
-    useful tokens after the first a second going to `judge_call` (with `extra`, the decoding loop's arguments, as a
-    call that drafted)."""
+    longest row's tokens after the first and the seconds going to `judge_call` (with `extra`, the decoding loop's
+    arguments, as a call that drafted)."""
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
     if not auto or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] <= 1:
         return generate(target, **arguments, **extra)
@@ -597,8 +599,8 @@ def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool
     passed = arguments.get("generation_config")
     eos = arguments.get("eos_token_id", getattr(passed or target.generation_config, "eos_token_id", None))
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    tokens = sum(new_token_counts(sequences, ids.shape[-1], eos_ids)) - ids.shape[0]
-    judge_call(target, drafter, ids.shape[0], ids.shape[-1], sampled, tokens, seconds, drafted=bool(extra))
+    steps = max(new_token_counts(sequences, ids.shape[-1], eos_ids)) - 1
+    judge_call(target, drafter, ids.shape[0], ids.shape[-1], sampled, steps, seconds, drafted=bool(extra))
     return out
 
 

@@ -781,7 +781,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto calls: over several rows the first call drafts, no plain call timed to hold drafting ones against",
-        edits=(Edit("costs_slimspec.py", "if batch_size > 1 and not log.plain_speeds:", "if False:"),),
+        edits=(Edit("costs_slimspec.py", "if batch_size > 1 and not log.plain_rates:", "if False:"),),
         tests=(JUDGED,),
     ),
     Mutant(
@@ -789,14 +789,14 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "elif log.plain_speeds and speed < statistics.median(log.plain_speeds) * (1 - JUDGE_MARGIN):",
+                "elif log.plain_rates and speed < statistics.median(log.plain_rates) * (1 - JUDGE_MARGIN):",
                 "elif False:",
             ),
         ),
         tests=(JUDGED,),
     ),
     Mutant(
-        name="auto calls: a call's useful tokens counted past each row's EOS",
+        name="auto calls: a call's steps counted past its rows' EOS",
         edits=(
             Edit(
                 "costs_slimspec.py",
@@ -807,16 +807,25 @@ MUTANTS = [
         tests=(JUDGED,),
     ),
     Mutant(
-        name="auto calls: a call of a few tokens judged, or setting the plain speed",
-        edits=(Edit("costs_slimspec.py", "tokens < JUDGE_MIN_TOKENS * batch_size", "tokens <= 0"),),
+        name="auto calls: a call judged in useful tokens a second (how unequal its rows are moves it)",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "steps = max(new_token_counts(sequences, ids.shape[-1], eos_ids)) - 1",
+                "steps = sum(new_token_counts(sequences, ids.shape[-1], eos_ids)) - ids.shape[0]",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a call of a few steps judged, or setting the plain rate",
+        edits=(Edit("costs_slimspec.py", "steps < JUDGE_MIN_TOKENS or", "steps <= 0 or"),),
         tests=(JUDGED,),
     ),
     Mutant(
         name="auto calls: a call of one row judged against plain calls",
         edits=(
-            Edit(
-                "costs_slimspec.py", "if batch_size <= 1 or tokens < JUDGE_MIN_TOKENS", "if tokens < JUDGE_MIN_TOKENS"
-            ),
+            Edit("costs_slimspec.py", "if batch_size <= 1 or steps < JUDGE_MIN_TOKENS", "if steps < JUDGE_MIN_TOKENS"),
         ),
         tests=(JUDGED,),
     ),
