@@ -204,9 +204,12 @@ class CostLog:
             for width, times in table.items():
                 read = slots.get(width, []) if name == "verify" else []
                 for seconds, slot in zip(times, read if len(read) == len(times) else [math.nan] * len(times)):
-                    if width >= 1 and math.isfinite(seconds) and seconds > 0:
-                        at = slot if math.isfinite(slot) and slot >= 0 else None
-                        self.add_verify(width, seconds, at) if name == "verify" else self.add_draft(width, seconds)
+                    if not (width >= 1 and math.isfinite(seconds) and seconds > 0):
+                        continue
+                    if name == "draft":
+                        self.add_draft(width, seconds)
+                    else:
+                        self.add_verify(width, seconds, slot if math.isfinite(slot) and slot >= 0 else None)
         return self
 
     def save(self) -> None:

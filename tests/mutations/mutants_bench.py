@@ -250,7 +250,9 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: impossible kept times are loaded",
-        edits=(Edit("costs_slimspec.py", "if width >= 1 and math.isfinite(seconds) and seconds > 0:", "if True:"),),
+        edits=(
+            Edit("costs_slimspec.py", "if not (width >= 1 and math.isfinite(seconds) and seconds > 0):", "if False:"),
+        ),
         tests=("tests/test_shapes_slimspec.py::test_kept_costs_that_cannot_be_read_or_written_are_measured_again",),
     ),
     Mutant(
