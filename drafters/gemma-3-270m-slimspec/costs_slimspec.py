@@ -299,11 +299,7 @@ class CostLog:
         def moved(seconds: float, at: float) -> float:
             return seconds if not math.isfinite(at) else max(seconds + slope * (slots - at), seconds / 2)
 
-        def read(width: int, times: list[float]) -> list[float]:
-            slots = self.verify_slots.get(width, ())
-            return slots if len(slots) == len(times) else [math.nan] * len(times)
-
-        return {w: [moved(t, s) for t, s in zip(times, read(w, times))] for w, times in self.verify.items()}
+        return {w: [moved(t, s) for t, s in zip(times, self.verify_slots[w])] for w, times in self.verify.items()}
 
     def borrowed(self) -> "CostLog | None":
         """The log of the nearest other prompt length (`related`) that measured wider rounds: its costs stand in for
