@@ -826,6 +826,47 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
 
 
+def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_calls_chose_plain(
+    monkeypatch, tmp_path, tiny_target
+):
+    """More rows and sampling only make a round's drafts pay less: a batch size with no choice of its own starts
+    from plain decoding where these models chose plain at no more rows (any prompt length), greedy or in its own mode,
+    in this process or kept by an earlier one; a kept choice of its own stands, and one row's rounds decide nothing
+    for batches."""
+    import weakref
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter = make_tiny_drafter(tiny_target)
+    log = costs_slimspec.cost_log
+
+    own = log(tiny_target, drafter, 8, 6)  # chose to draft, kept
+    own.chose, own.plain_chosen = True, False
+    own.save()
+    log(tiny_target, drafter, 1, 6).plain_chosen = True  # one row's choice: not the batches'
+    assert not log(tiny_target, drafter, 2, 6).plain_chosen
+    log(tiny_target, drafter, 3, 6, sampled=True).plain_chosen = True  # sampled: not the greedy calls'
+    assert not log(tiny_target, drafter, 4, 6).plain_chosen
+    log(tiny_target, drafter, 4, 6).plain_chosen = True
+    assert not log(tiny_target, drafter, 3, 6).plain_chosen  # fewer rows: not inherited from more
+    assert log(tiny_target, drafter, 4, 600).plain_chosen  # another prompt length
+    assert log(tiny_target, drafter, 6, 6).plain_chosen and log(tiny_target, drafter, 5, 6, sampled=True).plain_chosen
+    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # no plain rate yet: plain
+    log(tiny_target, drafter, 6, 6).plain_rates = [100.0]
+    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # inherited: plain until re-check
+    for path in tmp_path.glob("draft_costs/*.json"):
+        path.unlink()
+    log(tiny_target, drafter, 4, 6).save()
+    own.save()
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
+    assert not log(tiny_target, drafter, 8, 6).plain_chosen  # its own kept choice stands
+    assert log(tiny_target, drafter, 7, 300, sampled=True).plain_chosen  # from the 4 rows' kept choice
+    assert not log(tiny_target, drafter, 3, 300).plain_chosen
+
+
 def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
     """The kept plain-decoding choices belong to the drafter, not to how its folder was spelt: a call that loaded it
     as `drafters/tiny` and a later process that loads `/abs/…/drafters/tiny` share them; another folder does not."""

@@ -30,6 +30,10 @@ PLAIN_START = (
     "test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent"
 )
 JUDGED = "tests/test_shapes_slimspec.py::test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next"
+INHERITED = (
+    "tests/test_shapes_slimspec.py::"
+    "test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_calls_chose_plain"
+)
 SLOTS = "tests/test_shapes_slimspec.py::test_rounds_timed_over_longer_caches_are_priced_at_the_coming_rounds_cache"
 KEPT = "tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
@@ -785,6 +789,40 @@ MUTANTS = [
         name="auto calls: over several rows the first call drafts, no plain call timed to hold drafting ones against",
         edits=(Edit("costs_slimspec.py", "if batch_size > 1 and not log.plain_rates:", "if False:"),),
         tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a batch size with no choice of its own never starts from others' plain choice",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "if batch_size > 1 and not left_of and not log.chose and plain_inherited(key, chooser, logs):",
+                "if False:",
+            ),
+        ),
+        tests=(INHERITED,),
+    ),
+    Mutant(
+        name="auto calls: a kept choice of its own gives way to another batch size's plain choice",
+        edits=(Edit("costs_slimspec.py", "and not left_of and not log.chose and", "and not left_of and"),),
+        tests=(INHERITED,),
+    ),
+    Mutant(
+        name="auto calls: plain chosen at more rows, or at one row, starts a batch size plain",
+        edits=(
+            Edit("costs_slimspec.py", 'for rows in range(2, key["batch_size"] + 1):', "for rows in range(1, 65):"),
+        ),
+        tests=(INHERITED,),
+    ),
+    Mutant(
+        name="auto calls: plain chosen for sampled calls starts greedy ones plain",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                'modes = {ACCEPTANCE_MODES[False], key["mode"]}',
+                "modes = set(ACCEPTANCE_MODES.values())",
+            ),
+        ),
+        tests=(INHERITED,),
     ),
     Mutant(
         name="auto calls: a batch that drafted slower than its plain calls keeps drafting",
