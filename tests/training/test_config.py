@@ -78,11 +78,15 @@ def test_gemma_ablations_differ_from_the_low_rank_run_only_in_the_head():
     head_keys |= {"save_strategy", "save_steps", "save_total_limit"}  # checkpoints to resume from: not the training
     base = yaml.safe_load((folder / "config_low_rank.yaml").read_text())
     names = {p.name for p in folder.glob("config_*.yaml")}
-    assert names == {"config_low_rank.yaml", "config_full_head.yaml", "config_target_head.yaml", "config_trimmed.yaml"}
+    heads = {"config_low_rank.yaml", "config_full_head.yaml", "config_target_head.yaml", "config_trimmed.yaml"}
+    assert names == heads | {"config_low_rank_fc_norm.yaml"}
     for name in names:
         other = yaml.safe_load((folder / name).read_text())
         differing = {k for k in set(base) | set(other) if base.get(k) != other.get(k)}
-        assert differing <= head_keys, (name, differing)
+        # the one backbone ablation: the low-rank run with each target layer normed before `fc`
+        allowed = head_keys if name in heads else {"fc_norm", "output_dir"}
+        assert differing <= allowed, (name, differing)
+    assert parse(folder / "config_low_rank_fc_norm.yaml")[0].fc_norm
     assert parse(folder / "config_trimmed.yaml")[0].draft_vocab_size == 32768
     assert parse(folder / "config_low_rank.yaml")[0].head_rank == 640 // 8
 
