@@ -501,10 +501,10 @@ def cost_log(target, drafter, batch_size: int, context: int, sampled: bool = Fal
             other_key = {**key, "context": bucket}
             other_name = (json.dumps(other_key, sort_keys=True), chooser)
             if other_name not in logs:
-                path = costs_file(other_key)
-                if path is None or not path.is_file():
+                kept = kept_log(other_key, chooser)
+                if kept is None:
                     continue
-                logs[other_name] = CostLog(batch_size, path=path, key=other_key, chooser=chooser).load()
+                logs[other_name] = kept
             logs[other_name].related.append(log)
             log.related.append(logs[other_name])
         if batch_size > 1 and not left_of and not log.chose and plain_inherited(key, chooser, logs):
@@ -512,12 +512,21 @@ def cost_log(target, drafter, batch_size: int, context: int, sampled: bool = Fal
     return logs[name]
 
 
+def kept_log(key: dict, chooser: str) -> "CostLog | None":
+    """The log an earlier process kept for `key` (`costs_file`), None where none is kept."""
+    path = costs_file(key)
+    if path is None or not path.is_file():
+        return None
+    return CostLog(key["batch_size"], path=path, key=key, chooser=chooser).load()
+
+
 def plain_inherited(key: dict, chooser: str, logs: dict) -> bool:
     """Whether a batch size that has no choice of its own yet (`key`) starts from plain decoding: where plain
     decoding was chosen for these models at no more rows (2 up to `key`'s batch size), at any prompt length, greedy or
     in `key`'s mode — more rows and sampling only make a round's drafts pay less. Calls of a new prompt length or
     mode then draft only at `plain_is_chosen`'s re-checks, instead of once each before their verdict (at 8 rows,
-    bf16, one such call ran 10-17% under plain decoding). The logs of this process (`logs`) and the kept ones."""
+    bf16, 4 batches a cell, those calls had been half of the cell's). The logs of this process (`logs`) and the kept
+    ones (`kept_log`)."""
     modes = {ACCEPTANCE_MODES[False], key["mode"]}
     for rows in range(2, key["batch_size"] + 1):
         for bucket in CONTEXT_BUCKETS:
@@ -525,13 +534,8 @@ def plain_inherited(key: dict, chooser: str, logs: dict) -> bool:
                 other = {**key, "batch_size": rows, "context": bucket, "mode": mode}
                 if other == key:
                     continue
-                found = logs.get((json.dumps(other, sort_keys=True), chooser))
-                if found is None:
-                    path = costs_file(other)
-                    if path is None or not path.is_file():
-                        continue
-                    found = CostLog(rows, path=path, key=other, chooser=chooser).load()
-                if found.plain_chosen:
+                found = logs.get((json.dumps(other, sort_keys=True), chooser)) or kept_log(other, chooser)
+                if found is not None and found.plain_chosen:
                     return True
     return False
 
