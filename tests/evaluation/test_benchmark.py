@@ -14,6 +14,7 @@ from slimspec_hf.evaluation.benchmark import (
     report_category,
 )
 from slimspec_hf.evaluation.cost_model import speedup
+from slimspec_hf.interop.model_card import render_model_card
 
 from ..testing_utils import make_char_tokenizer, make_tiny_drafter, make_tiny_target
 
@@ -173,6 +174,13 @@ def test_bench_end_to_end_on_tiny_target(tmp_path):
         assert entries[0]["dataset"] == "Spec-Bench"
         assert entries[0]["acceptance_length"] == pytest.approx(overall[name, 0.0]["tau"])
         assert {"rho_tau", "speedup", "nu", "kappa"} <= set(entries[0])
+        # one config per temperature: the two-temperature report reads into one card (the Hub groups by config)
+        assert [e["dataset_config"] for e in entries] == ["greedy", "temperature-1"]
+        assert all(e.get("reference") == ("full" if name == "low" else None) for e in entries)
+        card = str(
+            render_model_card({"low": low_dir, "full": full_dir}[name], results=f"{out / 'results.json'}#{name}")
+        )
+        assert "config: greedy" in card and "config: temperature-1" in card
     # ν and κ of the prediction both refer to the reference's own head, so ν·κ is the low-rank head's share
     full, low = report["head_costs"]["full"], report["head_costs"]["low"]
     kappa_ref = 3 * full["t_head"] / full["t_non_head"]
@@ -452,6 +460,10 @@ def test_bench_merged_head_row_drafts_the_same_and_is_the_reference(tmp_path):
     kappa_ref = 3 * costs["low-merged"]["t_head"] / costs["low-merged"]["t_non_head"]
     assert overall["borrowed"]["kappa"] == pytest.approx(kappa_ref) and overall["low-merged"]["nu"] == 1.0
     assert set(report["model_index"]) == {"low", "borrowed"}
+    # the card says what ν is against; ρτ against its own merged head (the same drafts) is no head's quality
+    (low_entry,), (borrowed_entry,) = report["model_index"]["low"], report["model_index"]["borrowed"]
+    assert low_entry["reference"] == "the same head merged to a dense V×d one" and "rho_tau" not in low_entry
+    assert borrowed_entry["reference"] == "low-merged" and borrowed_entry["rho_tau"] == overall["borrowed"]["rho_tau"]
     markdown = (out / "results.md").read_text()
     assert "| low-merged | full (merged) |" in markdown and "Against the merged head `low-merged`" in markdown
 

@@ -993,4 +993,20 @@ MUTANTS = [
             "test_the_heads_are_timed_in_a_chain_round_the_first_step_right_after_the_targets_pass",
         ),
     ),
+    Mutant(
+        name="bench: the model card entries of every temperature share one config (the card refuses them)",
+        edits=(Edit(BENCHMARK, 'dataset_config=dataset_config(row["temperature"]),', ""),),
+        tests=("tests/evaluation/test_benchmark.py::test_bench_end_to_end_on_tiny_target",),
+    ),
+    Mutant(
+        name="bench: the card gives ρτ against the drafter's own merged head (the same drafts) as a head's quality",
+        edits=(
+            Edit(
+                BENCHMARK,
+                "rho_tau=None if own_merged else row.get(",
+                "rho_tau=(",
+            ),
+        ),
+        tests=("tests/evaluation/test_benchmark.py::test_bench_merged_head_row_drafts_the_same_and_is_the_reference",),
+    ),
 ]

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ..costs_slimspec import processor_name
 from ..utils import atomic_write
 from . import cost_model
 from .metrics import acceptance_length, measure_round_costs, model_index_entry, rho_tau
@@ -195,7 +196,7 @@ def run_benchmark(
         "results": results,
         "head_costs": head_costs,
         "kappa": kappa_measured,
-        "model_index": model_index(results, head_costs, shipped, dataset_name, reference),
+        "model_index": model_index(results, head_costs, shipped, dataset_name, reference, merged_from),
         "records": records,
     }
 
@@ -405,10 +406,16 @@ def _add_predictions(
         row["predicted_speedup_vs_reference"] = cost_model.speedup(row["rho_tau"], nu_vs_reference, kappa)
 
 
-def model_index(results: list[dict], head_costs: dict, drafters, dataset: str, reference=None) -> dict:
-    """Per drafter system, `model_index_entry` dicts (overall, one per temperature) for the model card.
+def model_index(
+    results: list[dict], head_costs: dict, drafters, dataset: str, reference=None, merged: Mapping | None = None
+) -> dict:
+    """Per drafter system, `model_index_entry` dicts (overall, one per temperature) for the model card, each with
+    its own `dataset_config` ("greedy", "temperature-0.7"): the Hub groups a card's metrics by dataset and config, so
+    a report of several temperatures reads into one card (`slimspec push --results results.json#NAME`).
 
-    `drafters` lists the drafter systems' names, or maps each to the drafter whose head costs it shares."""
+    `drafters` lists the drafter systems' names, or maps each to the drafter whose head costs it shares. Each entry
+    names its `reference` (what ρτ and ν are against); against its own head merged to a dense one (`merged`: merged
+    system -> its source) ρτ is left out: the same drafts, so it would only tell the draft shapes each was given."""
     entries: dict[str, list[dict]] = {}
     if isinstance(drafters, Mapping):
         drafter_of = {name: base if isinstance(base, str) else name for name, base in drafters.items()}
@@ -416,6 +423,11 @@ def model_index(results: list[dict], head_costs: dict, drafters, dataset: str, r
         drafter_of = {name: name for name in drafters}
     for name, base in drafter_of.items():
         cost = head_costs.get(base, {})
+        own_merged = reference is not None and (merged or {}).get(reference) == name
+        if reference is None or reference == name:
+            compared = {}
+        else:
+            compared = {"reference": "the same head merged to a dense V×d one" if own_merged else reference}
         for row in results:
             if row["system"] != name or row["category"] != OVERALL or row["tau"] is None:
                 continue
@@ -423,23 +435,30 @@ def model_index(results: list[dict], head_costs: dict, drafters, dataset: str, r
                 model_index_entry(
                     acceptance_length=row["tau"],
                     dataset=dataset,
-                    rho_tau=row.get("rho_tau"),
+                    rho_tau=None if own_merged else row.get("rho_tau"),
                     speedup=row.get("speedup"),
                     nu=row.get("nu", cost.get("nu")),
                     kappa=cost.get("kappa"),
                     temperature=row["temperature"],
                     hardware=_hardware(),
+                    dataset_config=dataset_config(row["temperature"]),
+                    **compared,
                 )
             )
     return entries
 
 
-def _hardware() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    import platform
+def dataset_config(temperature: float) -> str:
+    """The model card's config name of a run at `temperature`: "greedy", else "temperature-0.7"."""
+    return "greedy" if temperature == 0 else f"temperature-{temperature:g}"
 
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+def _hardware() -> str:
+    """The accelerator, or the CPU's model name and the threads the run used."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    threads = torch.get_num_threads()
+    name = processor_name(device)
+    return name if device.type == "cuda" else f"{name}, {threads} thread{'s' if threads > 1 else ''}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
