@@ -7,7 +7,7 @@ import random
 import pytest
 
 from slimspec_hf.acceptance_slimspec import DepthAcceptance, tokens_by_size
-from slimspec_hf.costs_slimspec import CostLog, RoundCosts
+from slimspec_hf.costs_slimspec import PRIOR_MOST, PRIOR_ROUNDS, CostLog, RoundCosts, ShapeRatios
 from slimspec_hf.shapes_slimspec import (
     EXPLORE_AFTER,
     PLAIN_EVERY,
@@ -311,6 +311,31 @@ def test_a_shape_whose_rounds_run_dearer_than_priced_gives_way():
     assert list(tuner.log.speed.sums.get(str(shape), ())) == before  # no shape's price holds that: not timed
     tuner.observe(shape, verify(shape.size + 1), [(2, 0.002)], None)
     assert list(tuner.log.speed.sums[str(shape)]) != before
+
+
+def test_a_shapes_own_ratio_counts_as_far_as_its_rounds_noise_lets_it():
+    """`ShapeRatios.prior`: two shapes whose rounds gave 0.8 and 1.2 of their prediction. Where every round gave
+    exactly that, a prior of `PRIOR_ROUNDS` rounds: each shape's factor is close to its own ratio. Where the rounds
+    scattered by 0.8 of a prediction each (a round's tokens scatter by 1.5-2 times their mean on real text), the
+    prior is worth σ² / 0.1² = 64 rounds, the same if the counts were halved on the way, and the factors stay nearer
+    every shape's: 64 such rounds tell 0.8 from 1.2 only loosely. Few rounds tell no noise; much noise, at most
+    `PRIOR_MOST`."""
+
+    def ratios(rounds, scatter, kept=512):
+        log = ShapeRatios(rounds_kept=kept)
+        for i in range(rounds):
+            sign = 1 if i % 2 else -1
+            log.add("tree 4/1/4", 0.8 + sign * scatter, 1.0)
+            log.add("tree 10/3/4", 1.2 + sign * scatter, 1.0)
+        return log
+
+    exact, noisy = ratios(64, 0.0), ratios(64, 0.8)
+    assert exact.prior() == PRIOR_ROUNDS and noisy.prior() == pytest.approx(64, rel=0.05)
+    assert exact.relative("tree 4/1/4") < 0.83 and exact.relative("tree 10/3/4") > 1.17
+    assert 0.88 < noisy.relative("tree 4/1/4") < 0.92 and 1.08 < noisy.relative("tree 10/3/4") < 1.12
+    assert ratios(200, 0.8, kept=16).prior() == pytest.approx(64, rel=0.1)  # halved counts, the same spread
+    assert ratios(4, 0.8).prior() == PRIOR_ROUNDS  # 6 degrees of freedom tell no spread
+    assert ratios(64, 5.0).prior() == PRIOR_MOST
 
 
 def test_a_shape_whose_rounds_yield_fewer_tokens_than_predicted_gives_way():

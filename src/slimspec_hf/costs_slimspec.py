@@ -29,8 +29,14 @@ from transformers.generation.stopping_criteria import StoppingCriteria, Stopping
 logger = logging.getLogger(__name__)
 
 ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
-PRIOR_ROUNDS = 8  # what the prior of a shape's own ratio is worth, in rounds (`ShapeRatios.factor`)
-ROUNDS_KEPT = 64  # a shape's rounds past this many count half (`ShapeRatios.add`)
+PRIOR_ROUNDS = 8  # the least the prior of a shape's own ratio is worth, in rounds (`ShapeRatios.prior`)
+ROUNDS_KEPT = 64  # a shape's rounds past this many count half (`ShapeRatios.add`; `CostLog.yields`: 512)
+# The prior is worth σ² / SHAPES_SPREAD² rounds (up to PRIOR_MOST), σ a round's spread about its shape's ratio, in units
+# of a round's prediction, once NOISE_MIN_ROUNDS tell it: a shape's own rounds count where they can tell a ratio
+# SHAPES_SPREAD apart from the others'. SmolLM2, one row, greedy, with lookup, 712 rounds of `auto`: a round's tokens
+# beyond the target's own σ 1.5-2 (a prior of ~300 rounds), two shapes' ratios over the whole call 1.032 and 1.026, and
+# a prior of 8 had let each shape's factor swing 0.6-1.7 with the text its rounds met; a round's seconds σ 0.06-0.24.
+SHAPES_SPREAD, PRIOR_MOST, NOISE_MIN_ROUNDS = 0.1, 512, 16
 # What the calls of this process measured, per target (weak keys: a model's entries go with the model)
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -67,34 +73,53 @@ class ShapeRatios:
     """Measured over predicted, per shape (its name), over rounds of the whole batch: what `choose_shape` scales a
     shape's predicted seconds (`CostLog.speed`: the lower medians and the interpolated curves price some shapes a
     few percent off) or predicted tokens (`CostLog.yields`: the acceptance model, lookup's grafts) by. Each shape's own
-    rounds, from the ratio over every shape's rounds as a prior worth `PRIOR_ROUNDS` of its rounds, itself from 1
-    worth as many; a shape's counts are halved past `ROUNDS_KEPT` rounds, so that its recent rounds weigh most
-    (longer caches, the load now, the text decoded now)."""
+    rounds, from the ratio over every shape's rounds as a prior worth `prior()` of its rounds, itself from 1 worth
+    as many; a shape's counts are halved past `rounds_kept` rounds, so that its recent rounds weigh most (longer
+    caches, the load now, the text decoded now)."""
 
-    def __init__(self):
+    def __init__(self, rounds_kept: int = ROUNDS_KEPT):
+        self.rounds_kept = rounds_kept
         self.sums: dict[str, list[float]] = {}  # shape name -> [measured, predicted, rounds]
-        self.pooled: tuple[float, float] | None = None  # (the ratio over every shape's rounds, a round's mean)
+        self.squares: dict[str, list[float]] = {}  # shape name -> [Σ measured², Σ measured · predicted, Σ predicted²]
+        # (the ratio over every shape's rounds, a round's mean prediction, the priors' worth in rounds)
+        self.pooled: tuple[float, float, float] | None = None
 
     def add(self, shape: str, measured: float, predicted: float) -> None:
         """A round of `shape` measured `measured` where its choice predicted `predicted` (> 0)."""
         if predicted <= 0:
             return
-        sums = self.sums.setdefault(shape, [0.0, 0.0, 0.0])
+        sums, squares = self.sums.setdefault(shape, [0.0, 0.0, 0.0]), self.squares.setdefault(shape, [0.0] * 3)
         sums[0], sums[1], sums[2] = sums[0] + measured, sums[1] + predicted, sums[2] + 1
-        if sums[2] > ROUNDS_KEPT:
-            sums[:] = [value / 2 for value in sums]
+        squares[:] = [squares[0] + measured**2, squares[1] + measured * predicted, squares[2] + predicted**2]
+        if sums[2] > self.rounds_kept:
+            sums[:], squares[:] = [value / 2 for value in sums], [value / 2 for value in squares]
         self.pooled = None
+
+    def prior(self) -> float:
+        """What a prior is worth, in rounds: σ² / SHAPES_SPREAD² (see PRIOR_ROUNDS), σ² the rounds' squared spread
+        about their own shape's ratio over a round's mean prediction squared."""
+        spread, freedom, predicted, rounds = 0.0, 0.0, 0.0, 0.0
+        for shape, (own_measured, own_predicted, count) in self.sums.items():
+            ratio = own_measured / own_predicted
+            squared, cross, predicted_squared = self.squares[shape]
+            spread += squared - 2 * ratio * cross + ratio**2 * predicted_squared
+            freedom, predicted, rounds = freedom + count - 1, predicted + own_predicted, rounds + count
+        if freedom < NOISE_MIN_ROUNDS:
+            return PRIOR_ROUNDS
+        noise = max(spread, 0.0) / freedom / (predicted / rounds) ** 2
+        return min(max(noise / SHAPES_SPREAD**2, PRIOR_ROUNDS), PRIOR_MOST)
 
     def factor(self, shape: str) -> float:
         """Measured over predicted for `shape`'s rounds (see the class); 1 where no round was counted."""
         if self.pooled is None:
             measured, predicted, count = (sum(column) for column in zip(*self.sums.values() or [(0.0, 0.0, 0.0)]))
             mean = predicted / count if count else 1.0  # a round's prediction: the priors' unit
-            self.pooled = ((measured + PRIOR_ROUNDS * mean) / (predicted + PRIOR_ROUNDS * mean), mean)
-        pooled, mean = self.pooled
+            worth = self.prior()
+            self.pooled = ((measured + worth * mean) / (predicted + worth * mean), mean, worth)
+        pooled, mean, worth = self.pooled
         own_measured, own_predicted, own_count = self.sums.get(shape, (0.0, 0.0, 0.0))
-        own_mean = own_predicted / own_count if own_count else mean
-        return (own_measured + PRIOR_ROUNDS * own_mean * pooled) / (own_predicted + PRIOR_ROUNDS * own_mean)
+        own_prior = worth * (own_predicted / own_count if own_count else mean)
+        return (own_measured + own_prior * pooled) / (own_predicted + own_prior)
 
     def relative(self, shape: str) -> float:
         """`factor` over the ratio over every shape's rounds: how far this shape's rounds measured from the others'
@@ -144,7 +169,7 @@ class CostLog:
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
         # over rounds of the whole batch, per shape: seconds measured over priced, and the tokens a row gained beyond
         # the target's own over those predicted (`ShapeTuner.observe`; what each choice scales its prices by)
-        self.speed, self.yields = ShapeRatios(), ShapeRatios()
+        self.speed, self.yields = ShapeRatios(), ShapeRatios(rounds_kept=512)
         # the rows left of a batch (`ShapeTuner.fewer_rows`): the last choice made from these costs and the rounds
         # decoded since, kept for the next call's rows left (a choice prices hundreds of shapes in Python: at 4 rows
         # each call's first choice for each row count left had cost 1.6% of the calls' time)

@@ -34,6 +34,7 @@ INHERITED = (
     "tests/test_shapes_slimspec.py::"
     "test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_calls_chose_plain"
 )
+NOISE = "tests/test_shapes_slimspec.py::test_a_shapes_own_ratio_counts_as_far_as_its_rounds_noise_lets_it"
 SLOTS = "tests/test_shapes_slimspec.py::test_rounds_timed_over_longer_caches_are_priced_at_the_coming_rounds_cache"
 KEPT = "tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
@@ -609,7 +610,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a shape's own ratio (speed, tokens) is the pooled one, not its own rounds'",
-        edits=(Edit("costs_slimspec.py", "(own_measured + PRIOR_ROUNDS", "(own_predicted * pooled + PRIOR_ROUNDS"),),
+        edits=(Edit("costs_slimspec.py", "(own_measured + own_prior", "(own_predicted * pooled + own_prior"),),
         tests=(DEARER,),
     ),
     Mutant(
@@ -625,7 +626,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto shapes: a shape's counted rounds are never forgotten",
-        edits=(Edit("costs_slimspec.py", "        if sums[2] > ROUNDS_KEPT:\n", "        if False:\n"),),
+        edits=(Edit("costs_slimspec.py", "        if sums[2] > self.rounds_kept:\n", "        if False:\n"),),
         tests=(DEARER,),
     ),
     Mutant(
@@ -1008,5 +1009,47 @@ MUTANTS = [
             ),
         ),
         tests=("tests/evaluation/test_benchmark.py::test_bench_merged_head_row_drafts_the_same_and_is_the_reference",),
+    ),
+    Mutant(
+        name="auto shapes: a shape's own ratio is worth its rounds however much they scatter (prior always 8 rounds)",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "        if freedom < NOISE_MIN_ROUNDS:\n            return PRIOR_ROUNDS\n",
+                "        return PRIOR_ROUNDS\n",
+            ),
+        ),
+        tests=(NOISE,),
+    ),
+    Mutant(
+        name="auto shapes: a shape's halved counts keep their squares whole (the spread reads too large)",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "sums[:], squares[:] = [value / 2 for value in sums], [value / 2 for value in squares]",
+                "sums[:] = [value / 2 for value in sums]",
+            ),
+        ),
+        tests=(NOISE,),
+    ),
+    Mutant(
+        name="auto shapes: the prior's worth has no ceiling",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "min(max(noise / SHAPES_SPREAD**2, PRIOR_ROUNDS), PRIOR_MOST)",
+                "max(noise / SHAPES_SPREAD**2, PRIOR_ROUNDS)",
+            ),
+        ),
+        tests=(NOISE,),
+    ),
+    Mutant(
+        name="auto shapes: the spread is taken about every shape's ratio, not each shape's own",
+        edits=(
+            Edit(
+                "costs_slimspec.py", "            ratio = own_measured / own_predicted\n", "            ratio = 1.0\n"
+            ),
+        ),
+        tests=(NOISE,),
     ),
 ]
