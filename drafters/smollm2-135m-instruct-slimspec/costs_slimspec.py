@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
 PRIOR_ROUNDS = 8  # the least the prior of a shape's own ratio is worth, in rounds (`ShapeRatios.prior`)
-ROUNDS_KEPT = 64  # a shape's rounds past this many count half (`ShapeRatios.add`; `CostLog.yields`: 512)
+ROUNDS_KEPT, YIELD_ROUNDS_KEPT = 64, 512  # a shape's rounds past this many count half (`ShapeRatios.add`; tokens)
 # The prior is worth σ² / SHAPES_SPREAD² rounds (up to PRIOR_MOST), σ a round's spread about its shape's ratio, in units
 # of a round's prediction, once NOISE_MIN_ROUNDS tell it: a shape's own rounds count where they can tell a ratio
 # SHAPES_SPREAD apart from the others'. SmolLM2, one row, greedy, with lookup, 712 rounds of `auto`: a round's tokens
@@ -169,7 +169,7 @@ class CostLog:
         self.related: list[CostLog] = []  # the same models and batch size at other prompt lengths (`cost_log`)
         # over rounds of the whole batch, per shape: seconds measured over priced, and the tokens a row gained beyond
         # the target's own over those predicted (`ShapeTuner.observe`; what each choice scales its prices by)
-        self.speed, self.yields = ShapeRatios(), ShapeRatios(rounds_kept=512)
+        self.speed, self.yields = ShapeRatios(), ShapeRatios(rounds_kept=YIELD_ROUNDS_KEPT)
         # the rows left of a batch (`ShapeTuner.fewer_rows`): the last choice made from these costs and the rounds
         # decoded since, kept for the next call's rows left (a choice prices hundreds of shapes in Python: at 4 rows
         # each call's first choice for each row count left had cost 1.6% of the calls' time)
