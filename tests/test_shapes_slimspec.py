@@ -780,9 +780,10 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
     """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
-    its EOS, after its first); a later call that drafted through its longest row slower than the plain calls by more
-    than `JUDGE_MARGIN` makes the next calls decode plain (re-checked later, the wait doubled); one within the margin
-    does not. Kept with the costs."""
+    its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (the
+    median of three or more by over `JUDGE_MARGIN`, or one by over `JUDGE_MARGIN_ONE`) make the next calls decode
+    plain (re-checked later, the wait doubled, judged afresh); one call a little slower does not. Kept with the
+    costs."""
     import time
     import weakref
 
@@ -832,22 +833,34 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
         assert calls[-1][7] is drafting and calls[-1][6] < 0.5, calls[-1]
     monkeypatch.setattr(type(tiny_target), "forward", forward)
 
-    log.plain_rates, log.plain_chosen = [100.0, 120.0, 90.0], False  # median 100 steps a second
+    log.plain_rates, log.drafted_rates, log.plain_chosen = [100.0, 120.0, 90.0], [], False  # plain median 100/s
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 0.1, False)  # under 16 steps: left out
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 1.0, True)
     assert log.plain_rates == [100.0, 120.0, 90.0] and not log.plain_chosen
     before = log.recheck_every
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # within the margin
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # one call 6% slower: noise
+    assert not log.plain_chosen and log.drafted_rates == [94.0]
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # two calls
     assert not log.plain_chosen
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # 6% slower
-    assert log.plain_chosen and log.recheck_every == 2 * before
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 90, 1.0, True)  # three: median 94, 6% slower
+    assert log.plain_chosen and log.recheck_every == 2 * before and log.drafted_rates == []
+    log.plain_chosen = False  # a re-check chose to draft: its calls judged afresh
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 93, 1.0, True)
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 81, 1.0, True)  # 19% slower, one of two
+    assert not log.plain_chosen and log.drafted_rates == [93.0, 81.0]
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # median 93
+    assert log.plain_chosen
+    log.plain_chosen = False
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 79, 1.0, True)  # one call 21% slower
+    assert log.plain_chosen and log.drafted_rates == []
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 98, 1.0, True)
     one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
     one.plain_rates = [100.0]
     costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 50, 1.0, True)  # one row: its rounds decide
     assert not one.plain_chosen
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
-    assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen
+    assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen and kept.drafted_rates == [98.0]
     assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
 
 

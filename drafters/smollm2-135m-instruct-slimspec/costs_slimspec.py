@@ -130,9 +130,11 @@ class ShapeRatios:
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
-# a call of several rows that drafted and ran slower than this much under the plain calls' speed (`judge_call`) makes
-# the next calls decode plain: the rounds over the rows left, or the loop's own work, may lose what the rounds gain
-JUDGE_MARGIN = 0.05
+# calls of several rows that drafted and ran slower than this much under the plain calls' speed (`drafting_lost`: the
+# median of `JUDGE_CALLS` or more, or one by `JUDGE_MARGIN_ONE`) make the next calls decode plain: the rounds over the
+# rows left, or the loop's own work, may lose what the rounds gain. One call is weak evidence: at 4 rows (SmolLM2,
+# bf16, EPYC) a tree's calls ran 0.87-1.46x plain ones of the same prompts (1.07x in all), plain ones 0.82-1.11x
+JUDGE_MARGIN, JUDGE_CALLS, JUDGE_MARGIN_ONE = 0.05, 3, 0.20
 # a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
 # first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
 JUDGE_MIN_TOKENS = 16
@@ -163,6 +165,7 @@ class CostLog:
         # over several rows, the steps a second of the last `keep` plain `generate()` calls (the longest row's tokens
         # after its first, `new_token_counts`): what a call that drafted is held against (`judge_call`)
         self.plain_rates: list[float] = []
+        self.drafted_rates: list[float] = []  # the same of the last `keep` calls that drafted since the last verdict
         self.verify: dict[int, list[float]] = {}
         self.verify_slots: dict[int, list[float]] = {}  # the cache slots each verification read first (nan: unknown)
         self.draft: dict[int, list[float]] = {}
@@ -215,10 +218,11 @@ class CostLog:
             choices = stored.get("choices") or {}
             if stored["format"] == 1:  # the choices of both modes in every file: this file's mode's
                 choices = {**(choices.get((self.key or {}).get("mode")) or {}), "chooser": choices.get("chooser")}
-            plain, speeds = None, []
+            plain, speeds, drafted = None, [], []
             if choices.get("chooser") == self.chooser and "plain" in choices:
                 plain = bool(choices["plain"]), int(choices["calls"]), int(choices["every"])
                 speeds = [float(v) for v in choices.get("steps") or []]
+                drafted = [float(v) for v in choices.get("drafted") or []]
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as err:
             logger.warning("Measured draft costs at %s were not read (%s); they are measured again.", self.path, err)
             return self
@@ -227,6 +231,7 @@ class CostLog:
             self.plain_chosen, self.plain_calls = plain[0], max(0, plain[1])
             self.recheck_every = min(max(plain[2], RECHECK_EVERY), RECHECK_MOST)
         self.plain_rates = [v for v in speeds if math.isfinite(v) and v > 0][-self.keep :]
+        self.drafted_rates = [v for v in drafted if math.isfinite(v) and v > 0][-self.keep :]
         for name, table in tables.items():
             for width, times in table.items():
                 read = slots.get(width, []) if name == "verify" else []
@@ -251,6 +256,7 @@ class CostLog:
             "calls": self.plain_calls,
             "every": self.recheck_every,
             "steps": self.plain_rates,
+            "drafted": self.drafted_rates,
         }
         partial = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
         try:
@@ -569,9 +575,8 @@ def plain_is_chosen(target, drafter, batch_size: int, context: int, sampled: boo
     """Whether the calls so far (in this process or, where costs are kept, earlier ones) chose plain decoding for
     `target` and `drafter` at `batch_size` rows of prompts `context` tokens long, greedy or `sampled`: such calls skip
     the drafter, but one in `CostLog.recheck_every` (8, doubling while re-checks keep choosing plain, up to 64)
-    decodes with it again, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen
-    again. Over several rows the first call decodes plain as well: its speed is what later calls that draft are
-    held against (`judge_call`)."""
+    drafts, so that a drafter whose acceptance rises (other prompts, code after chat) gets chosen again. Over several
+    rows the first call is plain too: what calls that draft are held against (`judge_call`)."""
     log = cost_log(target, drafter, batch_size, context, sampled)
     if batch_size > 1 and not log.plain_rates:
         return True
@@ -594,27 +599,36 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
     return counts
 
 
+def drafting_lost(drafted: list[float], plain: float) -> bool:
+    """Whether calls that drafted at `drafted` steps a second lost to plain calls at `plain`: the last one alone
+    slower by more than `JUDGE_MARGIN_ONE`, or the median of `JUDGE_CALLS` or more by more than `JUDGE_MARGIN` (one
+    call 5.6% slower had sent a batch size plain for good where its tree made 1.09x)."""
+    if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):
+        return True
+    return len(drafted) >= JUDGE_CALLS and statistics.median(drafted) < plain * (1 - JUDGE_MARGIN)
+
+
 def judge_call(
     target, drafter, batch_size: int, context: int, sampled: bool, steps: int, seconds: float, drafted: bool
 ) -> None:
     """After a `draft_shape="auto"` call over `batch_size` > 1 rows whose longest row made `steps` tokens after its
     first (up to its EOS: `new_token_counts`) in `seconds`: plain `generate()` steps every row until the longest
-    ends, so a plain call's steps a second join `CostLog.plain_rates`, and a call that `drafted` (the decoding loop
-    ran) through its longest row slower than their median by more than `JUDGE_MARGIN` makes the next calls decode
-    plain, the re-checks' wait doubled (`plain_is_chosen`). Steps, not tokens: useful tokens a second swing with how
-    unequal a batch's rows are (at 4 rows, bf16, plain calls ran 24-62 of them a second). A call of fewer than
-    `JUDGE_MIN_TOKENS` steps is left out."""
+    ends, so a plain call's steps a second join `CostLog.plain_rates`, a call that `drafted` (the decoding loop ran)
+    joins `CostLog.drafted_rates`, and where those lost to the plain calls' median (`drafting_lost`) the next calls
+    decode plain, the re-checks' wait doubled (`plain_is_chosen`), and a re-check's calls are judged afresh. Steps,
+    not tokens: useful tokens a second swing with how unequal a batch's rows are (at 4 rows, bf16, plain calls ran
+    24-62 of them a second). A call of fewer than `JUDGE_MIN_TOKENS` steps is left out."""
     if batch_size <= 1 or steps < JUDGE_MIN_TOKENS or not seconds > 0:
         return
     log = cost_log(target, drafter, batch_size, context, sampled)
     speed = steps / seconds
     if not drafted:
         log.plain_rates = [*log.plain_rates, speed][-log.keep :]
-    elif log.plain_rates and speed < statistics.median(log.plain_rates) * (1 - JUDGE_MARGIN):
-        log.plain_chosen, log.plain_calls = True, 0
-        log.recheck_every = min(2 * log.recheck_every, RECHECK_MOST)
     else:
-        return
+        log.drafted_rates = [*log.drafted_rates, speed][-log.keep :]
+        if log.plain_rates and drafting_lost(log.drafted_rates, statistics.median(log.plain_rates)):
+            log.plain_chosen, log.plain_calls, log.drafted_rates = True, 0, []
+            log.recheck_every = min(2 * log.recheck_every, RECHECK_MOST)
     log.save()
 
 
@@ -672,6 +686,9 @@ __all__ = [
     "context_bucket",
     "plain_is_chosen",
     "JUDGE_MARGIN",
+    "JUDGE_CALLS",
+    "JUDGE_MARGIN_ONE",
+    "drafting_lost",
     "JUDGE_MIN_TOKENS",
     "judge_call",
     "plain_inherited",

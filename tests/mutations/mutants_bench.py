@@ -830,10 +830,36 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "elif log.plain_rates and speed < statistics.median(log.plain_rates) * (1 - JUDGE_MARGIN):",
-                "elif False:",
+                "if log.plain_rates and drafting_lost(log.drafted_rates, statistics.median(log.plain_rates)):",
+                "if False:",
             ),
         ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: one drafting call a little slower than the plain calls sends the next calls plain",
+        edits=(Edit("costs_slimspec.py", "return len(drafted) >= JUDGE_CALLS and", "return len(drafted) >= 1 and"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: one drafting call far slower than the plain calls waits for two more",
+        edits=(Edit("costs_slimspec.py", "if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):", "if False:"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a re-check's drafting calls judged with the calls before the last verdict",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "log.plain_chosen, log.plain_calls, log.drafted_rates = True, 0, []",
+                "log.plain_chosen, log.plain_calls = True, 0",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: the drafting calls' rates not kept with the costs",
+        edits=(Edit("costs_slimspec.py", '"drafted": self.drafted_rates,', ""),),
         tests=(JUDGED,),
     ),
     Mutant(
