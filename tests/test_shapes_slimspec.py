@@ -780,9 +780,10 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
     """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
-    its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (the
-    median of three or more by over `JUDGE_MARGIN`, or one by over `JUDGE_MARGIN_ONE`) make the next calls decode
-    plain (re-checked later, the wait doubled, judged afresh); one call a little slower does not. Kept with the
+    its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (three
+    or more, their steps over their seconds, by over `JUDGE_MARGIN`, or one by over `JUDGE_MARGIN_ONE`) make the
+    next calls decode plain (re-checked later, the wait doubled, judged afresh); one call a little slower does not,
+    nor do calls whose steps over their seconds keep up (one fast call outweighs two a little slow). Kept with the
     costs."""
     import time
     import weakref
@@ -842,25 +843,30 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     assert not log.plain_chosen and log.drafted_rates == [94.0]
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # two calls
     assert not log.plain_chosen
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 90, 1.0, True)  # three: median 94, 6% slower
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 90, 1.0, True)  # three: 93.3 a second, 7% slower
     assert log.plain_chosen and log.recheck_every == 2 * before and log.drafted_rates == []
     log.plain_chosen = False  # a re-check chose to draft: its calls judged afresh
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 93, 1.0, True)
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 81, 1.0, True)  # 19% slower, one of two
     assert not log.plain_chosen and log.drafted_rates == [93.0, 81.0]
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # median 93
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # 90.4 a second
     assert log.plain_chosen
     log.plain_chosen = False
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 79, 1.0, True)  # one call 21% slower
     assert log.plain_chosen and log.drafted_rates == []
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 98, 1.0, True)
+    log.plain_chosen = False
+    for rate in (94, 94, 120):  # two calls 6% slower, one 20% faster: 101 a second in all (the median 94)
+        costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, rate, 1.0, True)
+    assert not log.plain_chosen
+    log.plain_chosen = True  # a later re-check chose plain
+    log.save()
     one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
     one.plain_rates = [100.0]
     costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 50, 1.0, True)  # one row: its rounds decide
     assert not one.plain_chosen
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
-    assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen and kept.drafted_rates == [98.0]
+    assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen and kept.drafted_rates == [94, 94, 120]
     assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
 
 

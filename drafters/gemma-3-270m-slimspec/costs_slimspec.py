@@ -130,10 +130,10 @@ class ShapeRatios:
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
-# calls of several rows that drafted and ran slower than this much under the plain calls' speed (`drafting_lost`: the
-# median of `JUDGE_CALLS` or more, or one by `JUDGE_MARGIN_ONE`) make the next calls decode plain: the rounds over the
-# rows left, or the loop's own work, may lose what the rounds gain. One call is weak evidence: at 4 rows (SmolLM2,
-# bf16, EPYC) a tree's calls ran 0.87-1.46x plain ones of the same prompts (1.07x in all), plain ones 0.82-1.11x
+# calls of several rows that drafted and ran slower than this much under the plain calls' speed (`drafting_lost`: all
+# of `JUDGE_CALLS` or more, or one by `JUDGE_MARGIN_ONE`) make the next calls decode plain: the rounds over the rows
+# left, or the loop's own work, may lose what the rounds gain. One call is weak evidence: at 4 rows (SmolLM2, bf16,
+# EPYC) a tree's calls ran 0.94-1.45x plain ones of the same prompts (1.08x in all, a few calls gaining most)
 JUDGE_MARGIN, JUDGE_CALLS, JUDGE_MARGIN_ONE = 0.05, 3, 0.20
 # a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
 # first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
@@ -600,12 +600,12 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
 
 
 def drafting_lost(drafted: list[float], plain: float) -> bool:
-    """Whether calls that drafted at `drafted` steps a second lost to plain calls at `plain`: the last one alone
-    slower by more than `JUDGE_MARGIN_ONE`, or the median of `JUDGE_CALLS` or more by more than `JUDGE_MARGIN` (one
-    call 5.6% slower had sent a batch size plain for good where its tree made 1.09x)."""
+    """Whether calls that drafted at `drafted` steps a second lost to plain calls at `plain`: the last alone by
+    more than `JUDGE_MARGIN_ONE`, or `JUDGE_CALLS` or more by more than `JUDGE_MARGIN` in all (harmonic mean: a few
+    calls gain most; one call, then three calls' median, had sent a tree making 1.09x, 1.08x plain for good)."""
     if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):
         return True
-    return len(drafted) >= JUDGE_CALLS and statistics.median(drafted) < plain * (1 - JUDGE_MARGIN)
+    return len(drafted) >= JUDGE_CALLS and statistics.harmonic_mean(drafted) < plain * (1 - JUDGE_MARGIN)
 
 
 def judge_call(

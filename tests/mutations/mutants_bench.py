@@ -842,6 +842,15 @@ MUTANTS = [
         tests=(JUDGED,),
     ),
     Mutant(
+        name="auto calls: drafting calls judged by their median (two a little slow outvote one far faster)",
+        edits=(
+            Edit(
+                "costs_slimspec.py", "statistics.harmonic_mean(drafted) < plain", "statistics.median(drafted) < plain"
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
         name="auto calls: one drafting call far slower than the plain calls waits for two more",
         edits=(Edit("costs_slimspec.py", "if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):", "if False:"),),
         tests=(JUDGED,),
