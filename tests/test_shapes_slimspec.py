@@ -911,6 +911,29 @@ def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_c
     assert not log(tiny_target, drafter, 3, 300).plain_chosen
 
 
+def test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little(monkeypatch, tmp_path, tiny_target):
+    """Where three or more calls at fewer rows drafted, in all, under `JUDGE_MARGIN` faster than their plain calls,
+    a larger batch size starts plain (more rows gain less still); not where they gained more, were too few to say,
+    or ran at the same rows (another prompt length)."""
+    import weakref
+
+    from slimspec_hf import costs_slimspec
+
+    monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
+    monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
+    drafter = make_tiny_drafter(tiny_target)
+    log = costs_slimspec.cost_log
+    four = log(tiny_target, drafter, 4, 6)
+    four.plain_rates, four.drafted_rates = [100.0], [99.0, 99.0]  # two calls: too few to say
+    assert not log(tiny_target, drafter, 5, 6).plain_chosen
+    four.drafted_rates = [150.0, 90.0, 95.0]  # 106 steps a second in all (the median 95): 6% faster
+    assert not log(tiny_target, drafter, 8, 6).plain_chosen
+    four.drafted_rates = [120.0, 90.0, 95.0]  # 100.1 in all: under 5% faster
+    assert log(tiny_target, drafter, 6, 6).plain_chosen
+    assert not log(tiny_target, drafter, 4, 600).plain_chosen  # the same rows at another prompt length
+
+
 def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
     """The kept plain-decoding choices belong to the drafter, not to how its folder was spelt: a call that loaded it
     as `drafters/tiny` and a later process that loads `/abs/…/drafters/tiny` share them; another folder does not."""

@@ -31,11 +31,9 @@ logger = logging.getLogger(__name__)
 ACCEPTANCE_MODES = {False: "greedy", True: "sampled"}  # greedy / sampled calls: the keys of what is kept per mode
 PRIOR_ROUNDS = 8  # the least the prior of a shape's own ratio is worth, in rounds (`ShapeRatios.prior`)
 ROUNDS_KEPT, YIELD_ROUNDS_KEPT = 64, 512  # a shape's rounds past this many count half (`ShapeRatios.add`; tokens)
-# The prior is worth σ² / SHAPES_SPREAD² rounds (up to PRIOR_MOST), σ a round's spread about its shape's ratio, in units
-# of a round's prediction, once NOISE_MIN_ROUNDS tell it: a shape's own rounds count where they can tell a ratio
-# SHAPES_SPREAD apart from the others'. SmolLM2, one row, greedy, with lookup, 712 rounds of `auto`: a round's tokens
-# beyond the target's own σ 1.5-2 (a prior of ~300 rounds), two shapes' ratios over the whole call 1.032 and 1.026, and
-# a prior of 8 had let each shape's factor swing 0.6-1.7 with the text its rounds met; a round's seconds σ 0.06-0.24.
+# The prior is worth σ² / SHAPES_SPREAD² rounds (up to PRIOR_MOST), σ a round's spread about its shape's ratio in units
+# of its prediction, once NOISE_MIN_ROUNDS tell it. SmolLM2, one row, greedy, lookup, 712 rounds of `auto`: tokens σ
+# 1.5-2 (a prior of ~300), two shapes' ratios 1.032 and 1.026 in all, where a prior of 8 let each swing 0.6-1.7.
 SHAPES_SPREAD, PRIOR_MOST, NOISE_MIN_ROUNDS = 0.1, 512, 16
 # What the calls of this process measured, per target (weak keys: a model's entries go with the model)
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -130,10 +128,8 @@ class ShapeRatios:
 
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
-# calls of several rows that drafted and ran slower than this much under the plain calls' speed (`drafting_lost`: all
-# of `JUDGE_CALLS` or more, or one by `JUDGE_MARGIN_ONE`) make the next calls decode plain: the rounds over the rows
-# left, or the loop's own work, may lose what the rounds gain. One call is weak evidence: at 4 rows (SmolLM2, bf16,
-# EPYC) a tree's calls ran 0.94-1.45x plain ones of the same prompts (1.08x in all, a few calls gaining most)
+# calls of several rows that drafted slower than this much under the plain calls' speed (`drafting_lost`: together
+# `JUDGE_CALLS` or more, one alone by `JUDGE_MARGIN_ONE`) make the next calls decode plain
 JUDGE_MARGIN, JUDGE_CALLS, JUDGE_MARGIN_ONE = 0.05, 3, 0.20
 # a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
 # first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
@@ -190,6 +186,13 @@ class CostLog:
 
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
+
+    def gained_little(self) -> bool:
+        """Whether `JUDGE_CALLS` or more calls that drafted ran under `JUDGE_MARGIN` faster in all than the plain
+        calls' median (`drafting_lost`'s measure; more rows gain less still: `plain_inherited`)."""
+        drafted, plain = self.drafted_rates, self.plain_rates
+        enough = len(drafted) >= JUDGE_CALLS and bool(plain)
+        return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)
 
     def rechecked(self, plain: bool, again: bool) -> None:
         """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
@@ -553,11 +556,11 @@ def kept_log(key: dict, chooser: str) -> "CostLog | None":
 
 def plain_inherited(key: dict, chooser: str, logs: dict) -> bool:
     """Whether a batch size that has no choice of its own yet (`key`) starts from plain decoding: where plain
-    decoding was chosen for these models at no more rows (2 up to `key`'s batch size), at any prompt length, greedy or
-    in `key`'s mode — more rows and sampling only make a round's drafts pay less. Calls of a new prompt length or
-    mode then draft only at `plain_is_chosen`'s re-checks, instead of once each before their verdict (at 8 rows,
-    bf16, 4 batches a cell, those calls had been half of the cell's). The logs of this process (`logs`) and the kept
-    ones (`kept_log`)."""
+    decoding was chosen for these models at no more rows (2 up to `key`'s batch size), or drafting gained little at
+    fewer (`CostLog.gained_little`), at any prompt length, greedy or in `key`'s mode — more rows and sampling only
+    make a round's drafts pay less. Such calls draft only at `plain_is_chosen`'s re-checks (at 8 rows, bf16, each
+    bucket's or mode's calls before its verdict had been half of a cell's; then one call 0.68x the target's, 4%).
+    The logs of this process (`logs`) and the kept ones (`kept_log`)."""
     modes = {ACCEPTANCE_MODES[False], key["mode"]}
     for rows in range(2, key["batch_size"] + 1):
         for bucket in CONTEXT_BUCKETS:
@@ -566,7 +569,7 @@ def plain_inherited(key: dict, chooser: str, logs: dict) -> bool:
                 if other == key:
                     continue
                 found = logs.get((json.dumps(other, sort_keys=True), chooser)) or kept_log(other, chooser)
-                if found is not None and found.plain_chosen:
+                if found is not None and (found.plain_chosen or rows < key["batch_size"] and found.gained_little()):
                     return True
     return False
 
@@ -600,9 +603,8 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
 
 
 def drafting_lost(drafted: list[float], plain: float) -> bool:
-    """Whether calls that drafted at `drafted` steps a second lost to plain calls at `plain`: the last alone by
-    more than `JUDGE_MARGIN_ONE`, or `JUDGE_CALLS` or more by more than `JUDGE_MARGIN` in all (harmonic mean: a few
-    calls gain most; one call, then three calls' median, had sent a tree making 1.09x, 1.08x plain for good)."""
+    """Whether calls that drafted at `drafted` steps a second lost to plain ones at `plain`: the last by over
+    `JUDGE_MARGIN_ONE`, or `JUDGE_CALLS` or more in all (harmonic mean: a few calls gain most) by over `JUDGE_MARGIN`."""
     if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):
         return True
     return len(drafted) >= JUDGE_CALLS and statistics.harmonic_mean(drafted) < plain * (1 - JUDGE_MARGIN)
@@ -613,11 +615,10 @@ def judge_call(
 ) -> None:
     """After a `draft_shape="auto"` call over `batch_size` > 1 rows whose longest row made `steps` tokens after its
     first (up to its EOS: `new_token_counts`) in `seconds`: plain `generate()` steps every row until the longest
-    ends, so a plain call's steps a second join `CostLog.plain_rates`, a call that `drafted` (the decoding loop ran)
-    joins `CostLog.drafted_rates`, and where those lost to the plain calls' median (`drafting_lost`) the next calls
-    decode plain, the re-checks' wait doubled (`plain_is_chosen`), and a re-check's calls are judged afresh. Steps,
-    not tokens: useful tokens a second swing with how unequal a batch's rows are (at 4 rows, bf16, plain calls ran
-    24-62 of them a second). A call of fewer than `JUDGE_MIN_TOKENS` steps is left out."""
+    ends, so a plain call's steps a second join `CostLog.plain_rates`, one that `drafted` (ran the decoding loop)
+    `drafted_rates`; where those lost to the plain calls' median (`drafting_lost`) the next calls decode plain, the
+    re-checks' wait doubled (`plain_is_chosen`), a re-check's calls judged afresh. Steps, not useful tokens (they
+    swing with how unequal a batch's rows are). A call of fewer than `JUDGE_MIN_TOKENS` steps is left out."""
     if batch_size <= 1 or steps < JUDGE_MIN_TOKENS or not seconds > 0:
         return
     log = cost_log(target, drafter, batch_size, context, sampled)
@@ -650,10 +651,9 @@ class FirstStepClock(StoppingCriteria):
 
 
 def judged(generate, target, drafter, arguments: dict, auto: bool, sampled: bool, /, **extra):
-    """`generate(target, **arguments, **extra)`; a `draft_shape="auto"` call (`auto`) over several rows is timed from
-    its first token on (`FirstStepClock`: the prompts' pass costs what their length makes it, drafting or not), its
-    longest row's tokens after the first and the seconds going to `judge_call` (with `extra`, the decoding loop's
-    arguments, as a call that drafted)."""
+    """`generate(target, **arguments, **extra)`; an `auto` call over several rows timed from its first token on
+    (`FirstStepClock`: the prompts' pass costs what their length makes it), its longest row's tokens after the first
+    and seconds going to `judge_call` (with `extra`, the decoding loop's arguments, as a call that drafted)."""
     ids = arguments.get("inputs") if arguments.get("inputs") is not None else arguments.get("input_ids")
     if not auto or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] <= 1:
         return generate(target, **arguments, **extra)

@@ -30,6 +30,7 @@ PLAIN_START = (
     "test_where_the_settings_decode_a_batch_plain_an_untried_shape_must_beat_plain_decoding_by_ten_percent"
 )
 JUDGED = "tests/test_shapes_slimspec.py::test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next"
+LITTLE = "tests/test_shapes_slimspec.py::test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little"
 INHERITED = (
     "tests/test_shapes_slimspec.py::"
     "test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_calls_chose_plain"
@@ -801,6 +802,57 @@ MUTANTS = [
             ),
         ),
         tests=(INHERITED,),
+    ),
+    Mutant(
+        name="auto calls: drafting that gained little at fewer rows never starts a batch size plain",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                'found.plain_chosen or rows < key["batch_size"] and found.gained_little()',
+                "found.plain_chosen",
+            ),
+        ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: drafting that gained little at the same rows (another prompt length) starts it plain",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                'or rows < key["batch_size"] and found.gained_little()',
+                "or found.gained_little()",
+            ),
+        ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: fewer rows' drafting judged a small gain on too few calls",
+        edits=(
+            Edit("costs_slimspec.py", "enough = len(drafted) >= JUDGE_CALLS and bool(plain)", "enough = bool(plain)"),
+        ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: fewer rows' drafting judged by its median calls",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
+                "return enough and statistics.median(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
+            ),
+        ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: fewer rows' drafting starts more rows plain only where it lost",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 - JUDGE_MARGIN)",
+            ),
+        ),
+        tests=(LITTLE,),
     ),
     Mutant(
         name="auto calls: a kept choice of its own gives way to another batch size's plain choice",
