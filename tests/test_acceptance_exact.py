@@ -3,7 +3,7 @@ what a round emits is computed, not estimated, and must equal the target's to 1e
 
 The round is the package's own: `TreeDrafter.draft` (`expand`, `keep`) over a drafter whose logits are a table of
 the context, lookup grafted with `DraftTree.graft`, the target's rows through `TargetLogits`, and `accept` /
-`sample_child`. `Branches` replays every outcome of the round's draws depth-first: each `torch.multinomial`
+`sample_child`. `Branches` replays every outcome of the round's draws depth-first: each `draw`
 (the drafter's i.i.d. children, the residual and bonus tokens) and each acceptance test, which the real `accepts`
 decides at a uniform draw inside the branch's interval of [0, 1). A round's tokens, continued by the target to a
 fixed length, must have the target's joint distribution: that is what makes a round lossless.
@@ -20,7 +20,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from slimspec_hf import decoding_slimspec
+from slimspec_hf import decoding_slimspec, drafting_slimspec
 from slimspec_hf.decoding_slimspec import RoundPlan, SpeculativeDecoder, TargetLogits, accept, lookup_tree
 from slimspec_hf.drafting_slimspec import (
     ROOT,
@@ -221,22 +221,14 @@ def draws(monkeypatch) -> Draws:
 
 
 def enumerated_draws(monkeypatch) -> Draws:
-    """`torch.multinomial` and the acceptance tests become enumerated draws."""
+    """The draws (`draw`) and the acceptance tests become enumerated draws."""
     draws = Draws()
     real_accepts = decoding_slimspec.accepts
     uniform = [0.5]
 
-    def multinomial(weights, num_samples, replacement=False, **kwargs):
+    def draw(weights, n=1):
         rows = weights.tolist() if weights.dim() == 2 else [weights.tolist()]
-        drawn = []
-        for row in rows:
-            row, picks = list(row), []
-            for _ in range(num_samples):
-                total = sum(row)
-                picks.append(draws.choose([w / total for w in row]))
-                if not replacement:
-                    row[picks[-1]] = 0.0
-            drawn.append(picks)
+        drawn = [[draws.choose([w / sum(row) for w in row]) for _ in range(n)] for row in rows]
         out = torch.tensor(drawn, dtype=torch.long)
         return out if weights.dim() == 2 else out[0]
 
@@ -247,7 +239,8 @@ def enumerated_draws(monkeypatch) -> Draws:
         uniform[0] = a / 2 if draws.choose([a, 1.0 - a]) == 0 else (a + 1) / 2
         return real_accepts(p_token, q_token)
 
-    monkeypatch.setattr(torch, "multinomial", multinomial)
+    monkeypatch.setattr(drafting_slimspec, "draw", draw)
+    monkeypatch.setattr(decoding_slimspec, "draw", draw)
     monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(uniform[0], dtype=torch.float64))
     monkeypatch.setattr(decoding_slimspec, "accepts", accepts)
     return draws

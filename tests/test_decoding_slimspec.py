@@ -404,14 +404,9 @@ def _sample_tokens(target, drafter, prompt, n, seed, tree=(4, 2, 3)):
     return counts
 
 
-_multinomial = torch.multinomial
-
-
-def deterministic_top_k(q, k, replacement=False, **kwargs):
+def deterministic_top_k(q, k=1):
     """EAGLE-2's children: the drafter's top-k, where the rule needs i.i.d. draws (the target's own draws stay)."""
-    if q.dim() == 2 and replacement:
-        return q.topk(k, dim=-1).indices
-    return _multinomial(q, k, replacement=replacement, **kwargs)
+    return q.topk(k, dim=-1).indices
 
 
 def test_tree_sampling_matches_the_target_distribution(monkeypatch):
@@ -430,7 +425,7 @@ def test_tree_sampling_matches_the_target_distribution(monkeypatch):
     # The same test fails for EAGLE-2's deterministic top-k children under the same rejection rule (measured: 660-680
     # for token 2, against 11-18 for i.i.d. draws) ...
     with monkeypatch.context() as patch:
-        patch.setattr(torch, "multinomial", deterministic_top_k)
+        patch.setattr(drafting_slimspec, "draw", deterministic_top_k)
         counts = _sample_tokens(target, drafter, prompt, 1200, seed=0)
     stat, dof = chi_square(counts[1], exact[1])
     assert stat > CHI2_999[dof - 1], stat

@@ -16,6 +16,8 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from slimspec_hf.drafting_slimspec import draw
+
 from .testing_utils import FAMILIES, chi_square, make_family_target, make_tiny_drafter
 
 
@@ -291,3 +293,25 @@ def test_auto_shapes_changing_every_round_sample_the_joint_distribution(monkeypa
     drawn, acceptance = sample(target, drafter, prompts, copies=32, calls=12, steps=3, draft_shape="auto")
     assert acceptance[0] > 0.3, acceptance
     assert worst_ratio(target, prompts, drawn, windows=((0, 2), (1, 2)), steps=3) < 1.0
+
+
+def test_draw_inverts_the_cumulative_weights_and_never_draws_a_token_of_zero_weight(monkeypatch):
+    """`draw` at a uniform u gives the token whose share of the cumulative weight holds u·total: tokens of zero
+    weight (first, between, last) are never drawn, not at u = 0 nor where u·total rounds up to the total."""
+    weights = torch.tensor([[0.0, 1.0, 0.0, 2.0, 1.0, 0.0]])  # not normalised: cumulative 0 1 1 3 4 4
+    for u, token in [(0.0, 1), (0.2499, 1), (0.25, 3), (0.7499, 3), (0.75, 4), (1.0, 4)]:
+        monkeypatch.setattr(torch, "rand", lambda shape, dtype, device, u=u: torch.full(shape, u, dtype=dtype))
+        assert draw(weights).tolist() == [[token]], u
+        assert draw(weights[0], 2).tolist() == [token, token], u
+
+
+def test_draw_samples_every_row_from_its_own_weights():
+    torch.manual_seed(0)
+    weights = torch.tensor([[1.0, 0.0, 3.0, 6.0, 2.0], [5.0, 5.0, 0.0, 0.0, 1.0]])
+    drawn = draw(weights, 4000)
+    assert drawn.shape == (2, 4000)
+    for row, w in zip(drawn, weights):
+        counts = torch.bincount(row, minlength=len(w)).double()
+        assert counts[w == 0].sum() == 0
+        stat, dof = chi_square(counts[w > 0], (w[w > 0] / w.sum()).double())
+        assert stat < chi2_999(dof - 1), (stat, dof)

@@ -30,7 +30,34 @@ STATISTICAL = (
     FAMILIES,
 )
 
+DRAW_EXACT = f"{LOSSLESS}::test_draw_inverts_the_cumulative_weights_and_never_draws_a_token_of_zero_weight"
+DRAW_CDF = "    return torch.minimum(torch.searchsorted(cdf, u, right=True), torch.searchsorted(cdf, cdf[..., -1:]))\n"
+
 MUTANTS = [
+    Mutant(
+        name="sampling: a draw at a boundary of the cumulative weights takes a token of zero weight",
+        edits=(Edit(DRAFTING, "torch.searchsorted(cdf, u, right=True)", "torch.searchsorted(cdf, u)"),),
+        tests=(DRAW_EXACT,),
+    ),
+    Mutant(
+        name="sampling: a draw rounded up to the total takes the vocabulary's last token, whatever its weight",
+        edits=(
+            Edit(
+                DRAFTING, DRAW_CDF, "    return torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)\n"
+            ),
+        ),
+        tests=(DRAW_EXACT,),
+    ),
+    Mutant(
+        name="sampling: draws read weights as if they summed to one",
+        edits=(
+            Edit(
+                DRAFTING, "dtype=cdf.dtype, device=cdf.device) * cdf[..., -1:]", "dtype=cdf.dtype, device=cdf.device)"
+            ),
+        ),
+        tests=(DRAW_EXACT, f"{LOSSLESS}::test_draw_samples_every_row_from_its_own_weights"),
+        each=True,
+    ),
     Mutant(
         name="sampling (control, each statistical test): every draft is accepted",
         edits=(Edit(DECODING, "return float(torch.rand(())) * q_token < p_token", "return True"),),
@@ -160,7 +187,7 @@ MUTANTS = [
                 DECODING,
                 "            child = child if child in kept else None  # accepted but pruned: emitted, no target",
                 "            if child is not None and child not in kept:\n"
-                "                token, child = int(torch.multinomial(torch.softmax(processed[0], -1), 1)), None\n"
+                "                token, child = int(draw(torch.softmax(processed[0], -1))), None\n"
                 "            child = child if child in kept else None  # accepted but pruned: emitted, no target",
             ),
         ),
@@ -171,7 +198,15 @@ MUTANTS = [
     ),
     Mutant(
         name="sampling: the drafter draws a node's children without replacement",
-        edits=(Edit(DRAFTING, "self.shape.top_k, replacement=True)", "self.shape.top_k, replacement=False)"),),
+        edits=(
+            Edit(
+                DRAFTING,
+                "            tokens = draw(q, self.shape.top_k)  # (F, top_k), i.i.d.\n",
+                "            tokens = draw(q)\n"
+                "            for _ in range(self.shape.top_k - 1):  # each draw leaves out the tokens drawn before\n"
+                "                tokens = torch.cat([tokens, draw(q.scatter(-1, tokens, 0.0))], dim=-1)\n",
+            ),
+        ),
         tests=(
             f"{EXACT}::test_a_wide_tree_with_three_draws_per_node_is_lossless",
             f"{LOSSLESS}::test_trees_with_repeated_and_pruned_draws_sample_the_joint_distribution",
