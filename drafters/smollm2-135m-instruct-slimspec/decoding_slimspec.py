@@ -29,6 +29,7 @@ from .drafting_slimspec import (
     LookupMatch,
     Proposal,
     TreeDrafter,
+    draw,
 )
 from .shapes_slimspec import round_timer
 from .stats_slimspec import SlimSpecDecoderOnlyOutput, SlimSpecGenerationStats, record_stats
@@ -91,7 +92,7 @@ def sample_child(scores: torch.Tensor, proposals: list[Proposal]) -> tuple[int, 
         total = residual.sum()
         if total > 0:
             p = residual / total
-    return int(torch.multinomial(p, 1)), None
+    return int(draw(p)), None
 
 
 def accept(tree: DraftTree, logits: TargetLogits, seq: DecodingSequence, processing, do_sample: bool) -> Acceptance:

@@ -326,6 +326,14 @@ class LookupPolicy:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def draw(weights: torch.Tensor, n: int = 1) -> torch.LongTensor:
+    """`n` i.i.d. draws per row of `weights` (..., V) ≥ 0 by inverse CDF (float64), exact as `torch.multinomial`, whose
+    one draw costs an exponential per token (V 49,152 / 262,144: 1.06 / 5.6 ms, this 0.07 / 0.30; EPYC, 1 thread)."""
+    cdf = weights.double().cumsum(-1)
+    u = torch.rand((*cdf.shape[:-1], n), dtype=cdf.dtype, device=cdf.device) * cdf[..., -1:]
+    return torch.minimum(torch.searchsorted(cdf, u, right=True), torch.searchsorted(cdf, cdf[..., -1:]))
+
+
 @dataclass
 class Proposal:
     """One proposed child of a node, in the order the acceptance rule tests them."""
@@ -592,11 +600,10 @@ class TreeDrafter:
     def expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor) -> list[int]:
         """Adds the children of every frontier node; returns those that may be expanded in turn."""
         logq = torch.log_softmax(logits.float(), dim=-1)  # (F, V)
-        if self.do_sample:
-            q = logq.exp()
-            tokens = torch.multinomial(q, self.shape.top_k, replacement=True)  # (F, top_k), i.i.d.
+        q = logq.exp() if self.do_sample else None
+        if q is not None:
+            tokens = draw(q, self.shape.top_k)  # (F, top_k), i.i.d.
         else:
-            q = None
             ranked = logits.topk(min(max(self.shape.top_k, self.ranks), logits.shape[-1]), dim=-1).indices
             tokens = ranked[:, : self.shape.top_k]  # (F, top_k)
             if self.ranks:  # the ranks of every call's per-depth acceptance (`record_depths`)

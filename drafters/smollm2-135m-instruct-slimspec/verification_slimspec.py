@@ -44,8 +44,7 @@ def _numbers_selected_states_by_position() -> bool:
 
 
 # A list-valued `output_hidden_states` returns the selected states at their `outputs.hidden_states` positions (0: the
-# embeddings) from transformers 5.23 on; 5.20-5.22 number them by decoder layer output instead (i: layer i's output),
-# one layer deeper than the same index of the full tuple.
+# embeddings) from transformers 5.23 on; 5.20-5.22 by layer output (i: layer i's, one deeper than the full tuple's i).
 SELECTED_STATES_BY_POSITION = _numbers_selected_states_by_position()
 
 
