@@ -31,7 +31,7 @@ STATISTICAL = (
 )
 
 DRAW_EXACT = f"{LOSSLESS}::test_draw_inverts_the_cumulative_weights_and_never_draws_a_token_of_zero_weight"
-DRAW_CDF = "    return torch.minimum(torch.searchsorted(cdf, u, right=True), torch.searchsorted(cdf, cdf[..., -1:]))\n"
+DRAW_CDF = "    return torch.minimum(torch.searchsorted(cdf, u, right=True), torch.searchsorted(cdf, cdf[..., -1:].contiguous()))\n"
 
 MUTANTS = [
     Mutant(
