@@ -49,6 +49,17 @@ MUTANTS = [
         tests=(DRAW_EXACT,),
     ),
     Mutant(
+        name="sampling: draws over several rows warn the user about non-contiguous totals",
+        edits=(
+            Edit(
+                DRAFTING,
+                "torch.searchsorted(cdf, cdf[..., -1:].contiguous())",
+                "torch.searchsorted(cdf, cdf[..., -1:])",
+            ),
+        ),
+        tests=(f"{LOSSLESS}::test_draw_samples_every_row_from_its_own_weights",),
+    ),
+    Mutant(
         name="sampling: draws read weights as if they summed to one",
         edits=(
             Edit(
