@@ -781,10 +781,11 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
     """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
     its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (three
-    or more, their steps over their seconds, by over `JUDGE_MARGIN`, or one by over `JUDGE_MARGIN_ONE`) make the
-    next calls decode plain (re-checked later, the wait doubled, judged afresh); one call a little slower does not,
-    nor do calls whose steps over their seconds keep up (one fast call outweighs two a little slow). Kept with the
-    costs."""
+    or more, their steps over their seconds, by over `JUDGE_MARGIN` under the plain calls' median, or one by over
+    `JUDGE_MARGIN_ONE` under the slowest of two or more plain calls) make the next calls decode plain (re-checked
+    later, the wait doubled, judged afresh); one call a little slower does not, nor one far slower than a single plain
+    call or than a median that the slowest plain call lies under, nor calls whose steps over their seconds keep up
+    (one fast call outweighs two a little slow). Kept with the costs."""
     import time
     import weakref
 
@@ -852,16 +853,24 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # 90.4 a second
     assert log.plain_chosen
     log.plain_chosen = False
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 79, 1.0, True)  # one call 21% slower
+    costs_slimspec.judge_call(
+        tiny_target, drafter, 2, 6, False, 79, 1.0, True
+    )  # 21% under the median, 12% the slowest
+    assert not log.plain_chosen and log.drafted_rates == [79.0]
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 71, 1.0, True)  # 21% under the slowest plain call
     assert log.plain_chosen and log.drafted_rates == []
-    log.plain_chosen = False
+    log.plain_chosen, rates = False, log.plain_rates
+    log.plain_rates = [100.0]  # one plain call: its luck is no verdict on one call
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 50, 1.0, True)
+    assert not log.plain_chosen and log.drafted_rates == [50.0]
+    log.plain_rates, log.drafted_rates = rates, []
     for rate in (94, 94, 120):  # two calls 6% slower, one 20% faster: 101 a second in all (the median 94)
         costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, rate, 1.0, True)
     assert not log.plain_chosen
     log.plain_chosen = True  # a later re-check chose plain
     log.save()
     one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
-    one.plain_rates = [100.0]
+    one.plain_rates = [100.0, 100.0]
     costs_slimspec.judge_call(tiny_target, drafter, 1, 6, False, 50, 1.0, True)  # one row: its rounds decide
     assert not one.plain_chosen
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process

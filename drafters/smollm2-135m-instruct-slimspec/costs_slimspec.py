@@ -129,7 +129,7 @@ class ShapeRatios:
 
 RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at first, and at most
 # calls of several rows that drafted slower than this much under the plain calls' speed (`drafting_lost`: together
-# `JUDGE_CALLS` or more, one alone by `JUDGE_MARGIN_ONE`) make the next calls decode plain
+# `JUDGE_CALLS` or more, one alone by `JUDGE_MARGIN_ONE` under the slowest plain call) make the next calls decode plain
 JUDGE_MARGIN, JUDGE_CALLS, JUDGE_MARGIN_ONE = 0.05, 3, 0.20
 # a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
 # first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
@@ -602,12 +602,12 @@ def new_token_counts(sequences: torch.LongTensor, prompt_length: int, eos_ids: s
     return counts
 
 
-def drafting_lost(drafted: list[float], plain: float) -> bool:
-    """Whether calls that drafted at `drafted` steps a second lost to plain ones at `plain`: the last by over
-    `JUDGE_MARGIN_ONE`, or `JUDGE_CALLS` or more in all (harmonic mean: a few calls gain most) by over `JUDGE_MARGIN`."""
-    if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):
-        return True
-    return len(drafted) >= JUDGE_CALLS and statistics.harmonic_mean(drafted) < plain * (1 - JUDGE_MARGIN)
+def drafting_lost(drafted: list[float], plain: list[float]) -> bool:
+    """Whether drafting calls at `drafted` steps a second lost to plain calls at `plain`: the last alone by over
+    `JUDGE_MARGIN_ONE` under the slowest of two or more, or `JUDGE_CALLS` or more (harmonic mean) under their median."""
+    alone = len(plain) >= 2 and drafted[-1] < min(plain) * (1 - JUDGE_MARGIN_ONE)
+    in_all = statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 - JUDGE_MARGIN)
+    return alone or (len(drafted) >= JUDGE_CALLS and in_all)
 
 
 def judge_call(
@@ -627,7 +627,7 @@ def judge_call(
         log.plain_rates = [*log.plain_rates, speed][-log.keep :]
     else:
         log.drafted_rates = [*log.drafted_rates, speed][-log.keep :]
-        if log.plain_rates and drafting_lost(log.drafted_rates, statistics.median(log.plain_rates)):
+        if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates):
             log.plain_chosen, log.plain_calls, log.drafted_rates = True, 0, []
             log.recheck_every = min(2 * log.recheck_every, RECHECK_MOST)
     log.save()

@@ -882,7 +882,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "if log.plain_rates and drafting_lost(log.drafted_rates, statistics.median(log.plain_rates)):",
+                "if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates):",
                 "if False:",
             ),
         ),
@@ -890,21 +890,35 @@ MUTANTS = [
     ),
     Mutant(
         name="auto calls: one drafting call a little slower than the plain calls sends the next calls plain",
-        edits=(Edit("costs_slimspec.py", "return len(drafted) >= JUDGE_CALLS and", "return len(drafted) >= 1 and"),),
+        edits=(
+            Edit("costs_slimspec.py", "(len(drafted) >= JUDGE_CALLS and in_all)", "(len(drafted) >= 1 and in_all)"),
+        ),
         tests=(JUDGED,),
     ),
     Mutant(
         name="auto calls: drafting calls judged by their median (two a little slow outvote one far faster)",
         edits=(
             Edit(
-                "costs_slimspec.py", "statistics.harmonic_mean(drafted) < plain", "statistics.median(drafted) < plain"
+                "costs_slimspec.py",
+                "in_all = statistics.harmonic_mean(drafted)",
+                "in_all = statistics.median(drafted)",
             ),
         ),
         tests=(JUDGED,),
     ),
     Mutant(
         name="auto calls: one drafting call far slower than the plain calls waits for two more",
-        edits=(Edit("costs_slimspec.py", "if drafted[-1] < plain * (1 - JUDGE_MARGIN_ONE):", "if False:"),),
+        edits=(Edit("costs_slimspec.py", "alone = len(plain) >= 2 and", "alone = False and"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: one drafting call judged against a single plain call's luck",
+        edits=(Edit("costs_slimspec.py", "alone = len(plain) >= 2 and", "alone = len(plain) >= 1 and"),),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: one drafting call judged against the plain calls' median, not the slowest",
+        edits=(Edit("costs_slimspec.py", "drafted[-1] < min(plain) *", "drafted[-1] < statistics.median(plain) *"),),
         tests=(JUDGED,),
     ),
     Mutant(
