@@ -921,9 +921,9 @@ def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_c
 
 
 def test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little(monkeypatch, tmp_path, tiny_target):
-    """Where three or more calls at fewer rows drafted, in all, under `JUDGE_MARGIN` faster than their plain calls,
-    a larger batch size starts plain (more rows gain less still); not where they gained more, were too few to say,
-    or ran at the same rows (another prompt length)."""
+    """Where three or more calls at fewer rows drafted, in all, under `JUDGE_MARGIN` faster than their plain calls
+    (under `HALF_ROWS_MARGIN` at half the rows or fewer), a larger batch size starts plain (more rows gain less
+    still); not where they gained more, were too few to say, or ran at the same rows (another prompt length)."""
     import weakref
 
     from slimspec_hf import costs_slimspec
@@ -936,8 +936,11 @@ def test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little(monkeypat
     four = log(tiny_target, drafter, 4, 6)
     four.plain_rates, four.drafted_rates = [100.0], [99.0, 99.0]  # two calls: too few to say
     assert not log(tiny_target, drafter, 5, 6).plain_chosen
-    four.drafted_rates = [150.0, 90.0, 95.0]  # 106 steps a second in all (the median 95): 6% faster
+    four.drafted_rates = [150.0, 105.0, 110.0]  # 118.7 steps a second in all: 19% faster
     assert not log(tiny_target, drafter, 8, 6).plain_chosen
+    four.drafted_rates = [150.0, 90.0, 95.0]  # 106.0 in all (the median 95): 6% faster
+    assert not log(tiny_target, drafter, 7, 6).plain_chosen  # under twice the rows: a gain over 5% drafts
+    assert log(tiny_target, drafter, 10, 6).plain_chosen  # twice the rows or more: a gain under 15% starts plain
     four.drafted_rates = [120.0, 90.0, 95.0]  # 100.1 in all: under 5% faster
     assert log(tiny_target, drafter, 6, 6).plain_chosen
     assert not log(tiny_target, drafter, 4, 600).plain_chosen  # the same rows at another prompt length

@@ -5,9 +5,10 @@ reads (`RoundCosts`), the plain-decoding choices with their re-check cadence, an
 (`costs_file`: one JSON file per target and drafter architecture, dtype, processor, threads, batch size and prompt
 length, in the package's cache folder).
 
-Part of the remote-code unit: it imports only the standard library and `torch`.
+Part of the remote-code unit: it imports only the standard library, `torch` and `transformers`.
 """
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -35,6 +36,7 @@ ROUNDS_KEPT, YIELD_ROUNDS_KEPT = 64, 512  # a shape's rounds past this many coun
 # of its prediction, once NOISE_MIN_ROUNDS tell it. SmolLM2, one row, greedy, lookup, 712 rounds of `auto`: tokens σ
 # 1.5-2 (a prior of ~300), two shapes' ratios 1.032 and 1.026 in all, where a prior of 8 let each swing 0.6-1.7.
 SHAPES_SPREAD, PRIOR_MOST, NOISE_MIN_ROUNDS = 0.1, 512, 16
+NOT_KEPT = "Draft costs not kept at %s (%s): set SLIMSPEC_CACHE to a writable folder, or SLIMSPEC_DRAFT_COSTS=off."
 # What the calls of this process measured, per target (weak keys: a model's entries go with the model)
 _COSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -131,6 +133,9 @@ RECHECK_EVERY, RECHECK_MOST = 8, 64  # plain calls between re-check calls: at fi
 # calls of several rows that drafted slower than this much under the plain calls' speed (`drafting_lost`: together
 # `JUDGE_CALLS` or more, one alone by `JUDGE_MARGIN_ONE` under the slowest plain call) make the next calls decode plain
 JUDGE_MARGIN, JUDGE_CALLS, JUDGE_MARGIN_ONE = 0.05, 3, 0.20
+# drafting that gained under this much at half the rows or fewer starts a batch size plain (`plain_inherited`; SmolLM2,
+# bf16, 1 thread: where 4 rows gained 10% (EPYC) 8 rows lost 6%, where they gained 27% (Xeon) 8 rows gained 0-11%)
+HALF_ROWS_MARGIN = 0.15
 # a call is judged (a plain one sets the plain rate) only where its longest row made this many tokens after its
 # first: a short call's few steps run over short caches (a warm-up call of 8 tokens at 4 rows set too high a rate)
 JUDGE_MIN_TOKENS = 16
@@ -187,12 +192,12 @@ class CostLog:
     def add_draft(self, nodes: int, seconds: float) -> None:
         self.add(self.draft, nodes, seconds)
 
-    def gained_little(self) -> bool:
-        """Whether `JUDGE_CALLS` or more calls that drafted ran under `JUDGE_MARGIN` faster in all than the plain
-        calls' median (`drafting_lost`'s measure; more rows gain less still: `plain_inherited`)."""
+    def gained_little(self, margin: float = JUDGE_MARGIN) -> bool:
+        """Whether `JUDGE_CALLS` or more calls that drafted ran under `margin` faster in all than the plain calls'
+        median (`drafting_lost`'s measure; more rows gain less still: `plain_inherited`)."""
         drafted, plain = self.drafted_rates, self.plain_rates
         enough = len(drafted) >= JUDGE_CALLS and bool(plain)
-        return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)
+        return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + margin)
 
     def rechecked(self, plain: bool, again: bool) -> None:
         """A choice of `plain` decoding or not, made in a re-check call (`again`) or not: a re-check that chooses
@@ -271,16 +276,9 @@ class CostLog:
             partial.write_text(json.dumps(stored), encoding="utf-8")
             os.replace(partial, self.path)
         except OSError as err:
-            try:
+            with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
-            except OSError:
-                pass
-            logger.warning(
-                "Measured draft costs not kept at %s (%s): set SLIMSPEC_CACHE to a writable folder, or "
-                "SLIMSPEC_DRAFT_COSTS=off.",
-                self.path,
-                err,
-            )
+            logger.warning(NOT_KEPT, self.path, err)
             self.path = None
 
     @staticmethod
@@ -555,21 +553,22 @@ def kept_log(key: dict, chooser: str) -> "CostLog | None":
 
 
 def plain_inherited(key: dict, chooser: str, logs: dict) -> bool:
-    """Whether a batch size that has no choice of its own yet (`key`) starts from plain decoding: where plain
-    decoding was chosen for these models at no more rows (2 up to `key`'s batch size), or drafting gained little at
-    fewer (`CostLog.gained_little`), at any prompt length, greedy or in `key`'s mode — more rows and sampling only
-    make a round's drafts pay less. Such calls draft only at `plain_is_chosen`'s re-checks (at 8 rows, bf16, each
-    bucket's or mode's calls before its verdict had been half of a cell's; then one call 0.68x the target's, 4%).
-    The logs of this process (`logs`) and the kept ones (`kept_log`)."""
+    """Whether a batch size with no choice of its own yet (`key`) starts from plain decoding: where these models chose
+    plain at no more rows (2 up to `key`'s), or drafted for little at fewer (`CostLog.gained_little`: under
+    `HALF_ROWS_MARGIN` at half as many or fewer), at any prompt length, greedy or in `key`'s mode — more rows and
+    sampling only make a round's drafts pay less. Such calls draft only at `plain_is_chosen`'s re-checks (at 8 rows,
+    bf16, each bucket's or mode's calls before its verdict had been half of a cell's). The logs of this process
+    (`logs`) and the kept ones (`kept_log`)."""
     modes = {ACCEPTANCE_MODES[False], key["mode"]}
     for rows in range(2, key["batch_size"] + 1):
+        fewer, margin = rows < key["batch_size"], HALF_ROWS_MARGIN if 2 * rows <= key["batch_size"] else JUDGE_MARGIN
         for bucket in CONTEXT_BUCKETS:
             for mode in modes:
                 other = {**key, "batch_size": rows, "context": bucket, "mode": mode}
                 if other == key:
                     continue
                 found = logs.get((json.dumps(other, sort_keys=True), chooser)) or kept_log(other, chooser)
-                if found is not None and (found.plain_chosen or rows < key["batch_size"] and found.gained_little()):
+                if found is not None and (found.plain_chosen or fewer and found.gained_little(margin)):
                     return True
     return False
 
@@ -688,6 +687,7 @@ __all__ = [
     "JUDGE_MARGIN",
     "JUDGE_CALLS",
     "JUDGE_MARGIN_ONE",
+    "HALF_ROWS_MARGIN",
     "drafting_lost",
     "JUDGE_MIN_TOKENS",
     "judge_call",

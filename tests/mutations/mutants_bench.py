@@ -808,7 +808,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                'found.plain_chosen or rows < key["batch_size"] and found.gained_little()',
+                "found.plain_chosen or fewer and found.gained_little(margin)",
                 "found.plain_chosen",
             ),
         ),
@@ -819,10 +819,26 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                'or rows < key["batch_size"] and found.gained_little()',
-                "or found.gained_little()",
+                "found.plain_chosen or fewer and found.gained_little(margin)",
+                "found.plain_chosen or found.gained_little(margin)",
             ),
         ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: drafting that gained under 15% at half the rows does not start a batch size plain",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                'HALF_ROWS_MARGIN if 2 * rows <= key["batch_size"] else JUDGE_MARGIN',
+                "JUDGE_MARGIN",
+            ),
+        ),
+        tests=(LITTLE,),
+    ),
+    Mutant(
+        name="auto calls: the half-rows margin applies at any fewer rows",
+        edits=(Edit("costs_slimspec.py", 'if 2 * rows <= key["batch_size"]', 'if rows < key["batch_size"]'),),
         tests=(LITTLE,),
     ),
     Mutant(
@@ -837,8 +853,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
-                "return enough and statistics.median(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + margin)",
+                "return enough and statistics.median(drafted) < statistics.median(plain) * (1 + margin)",
             ),
         ),
         tests=(LITTLE,),
@@ -848,8 +864,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + JUDGE_MARGIN)",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 - JUDGE_MARGIN)",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + margin)",
+                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 - margin)",
             ),
         ),
         tests=(LITTLE,),
