@@ -22,6 +22,7 @@ LAYERS = {
     "shapes_slimspec": 0,
     "acceptance_slimspec": 0,
     "costs_slimspec": 0,
+    "calls_slimspec": 0,
     "stats_slimspec": 0,
     "modeling_slimspec": 0,
     "utils": 1,

@@ -645,7 +645,7 @@ def test_a_recheck_call_drafts_again_before_it_settles():
 def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
     """Calls after plain decoding won skip the drafter; one in 8 re-checks it, then one in 16, 32, 64 while each
     re-check chooses plain again; a re-check that drafts brings the wait back to 8."""
-    from slimspec_hf import costs_slimspec
+    from slimspec_hf import calls_slimspec, costs_slimspec
 
     tuner, _ = simulate(verify=lambda n: 0.050 * n, draft=lambda w: 0.005, ranks=RANKS)
     drafter = make_tiny_drafter(tiny_target)
@@ -662,16 +662,16 @@ def test_rechecks_grow_rarer_while_they_keep_choosing_plain(tiny_target):
     waits = []
     for _ in range(5):
         calls = 1
-        while costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
+        while calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
             calls += 1
         waits.append(calls)
         recheck(accepted=0.0)
     assert waits == [8, 16, 32, 64, 64] and log.plain_chosen
     # sampled calls keep their own count
-    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
+    assert not calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)
     log.rechecked(plain=False, again=True)  # a re-check that chose to draft
     calls = 1
-    while costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
+    while calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False):
         calls += 1
     assert calls == 8
 
@@ -724,7 +724,7 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 
     import torch
 
-    from slimspec_hf import costs_slimspec
+    from slimspec_hf import calls_slimspec, costs_slimspec
 
     monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
@@ -743,15 +743,15 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
     assert read == sorted(set(read)) and 10 <= read[0] and read[-1] < 10 + 40, read
 
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
-    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
-    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)  # sampled: not chosen yet
+    assert calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)  # its first call: plain
+    assert not calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=True)  # sampled: not chosen yet
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     other = make_tiny_drafter(tiny_target, seed=5)  # the same architecture, another drafter: costs, not choices
     other.config._name_or_path = "drafters/other"
     kept = costs_slimspec.cost_log(tiny_target, other, 1, 10)
     assert kept.verify == measured.verify and kept.draft == measured.draft and kept.path == path
     assert kept.verify_slots == measured.verify_slots
-    assert not costs_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
+    assert not calls_slimspec.plain_is_chosen(tiny_target, other, 1, 10, sampled=False)
     tuner = ShapeTuner(kept, DepthAcceptance(), start=DraftShape(4, 1, 4))
     first = tuner.next_shape()  # no plain round first, no width measured again: a choice, or a width not yet probed
     assert tuner.choice is not None or (not first.is_plain and first.size + 1 not in kept.verify)
@@ -781,8 +781,9 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
     """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
     its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (three
-    or more, their steps over their seconds, by over `JUDGE_MARGIN` under the plain calls' median, or one by over
-    `JUDGE_MARGIN_ONE` under the slowest of two or more plain calls) make the next calls decode plain (re-checked
+    or more, their steps over their seconds, by over `JUDGE_MARGIN` under the plain calls' median or, where faster,
+    the rate that two or more of the loop's plain rounds imply; or one by over `JUDGE_MARGIN_ONE` under the slowest
+    of two or more plain calls) make the next calls decode plain (re-checked
     later, the wait doubled, judged afresh); one call a little slower does not, nor one far slower than a single plain
     call or than a median that the slowest plain call lies under, nor calls whose steps over their seconds keep up
     (one fast call outweighs two a little slow). Kept with the costs."""
@@ -791,7 +792,7 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
 
     import torch
 
-    from slimspec_hf import costs_slimspec
+    from slimspec_hf import calls_slimspec, costs_slimspec
 
     monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
@@ -802,19 +803,19 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     calls = []
     judge = costs_slimspec.judge_call
     monkeypatch.setattr(
-        costs_slimspec, "judge_call", lambda *args, **kw: calls.append((*args, *kw.values())) or judge(*args, **kw)
+        calls_slimspec, "judge_call", lambda *args, **kw: calls.append((*args, *kw.values())) or judge(*args, **kw)
     )
     plain = tiny_target.generate(ids, **kwargs)
     out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)
     assert torch.equal(out, plain) and drafter.last_generation_stats.draft_shape == {"shape": "plain"}
     eos = tiny_target.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    assert calls[-1][5] == max(costs_slimspec.new_token_counts(plain, 6, eos_ids)) - 1 and calls[-1][7] is False
+    assert calls[-1][5] == max(calls_slimspec.new_token_counts(plain, 6, eos_ids)) - 1 and calls[-1][7] is False
     log = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
     assert len(log.plain_rates) == 1 and log.plain_rates[0] == calls[-1][5] / calls[-1][6]
     out = tiny_target.generate(ids, assistant_model=drafter, draft_shape="auto", **kwargs)  # the loop runs
     assert torch.equal(out, plain) and calls[-1][7] is True and len(log.plain_rates) == 1
-    assert costs_slimspec.new_token_counts(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 9]]), 1, {9}) == [3, 1]
+    assert calls_slimspec.new_token_counts(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 9]]), 1, {9}) == [3, 1]
     # the call timed from its first token on: a slow prompt pass is not counted
     forward = type(tiny_target).forward
 
@@ -836,6 +837,7 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     monkeypatch.setattr(type(tiny_target), "forward", forward)
 
     log.plain_rates, log.drafted_rates, log.plain_chosen = [100.0, 120.0, 90.0], [], False  # plain median 100/s
+    log.verify, log.verify_slots = {}, {}  # the tiny model's plain rounds: their rate is tested below
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 0.1, False)  # under 16 steps: left out
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 1.0, True)
     assert log.plain_rates == [100.0, 120.0, 90.0] and not log.plain_chosen
@@ -867,6 +869,22 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     for rate in (94, 94, 120):  # two calls 6% slower, one 20% faster: 101 a second in all (the median 94)
         costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, rate, 1.0, True)
     assert not log.plain_chosen
+    three = costs_slimspec.cost_log(tiny_target, drafter, 3, 6)
+    three.plain_rates, three.plain_chosen = [100.0], False  # one plain call, on a slow day
+    for rate in (103, 103, 103):  # 3% faster than it
+        costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, rate, 1.0, True)
+    assert not three.plain_chosen
+    three.drafted_rates = []
+    three.add_verify(1, 1 / 110)  # one plain round of the loop: no rate of its own
+    costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, 103, 1.0, True)
+    three.add_verify(1, 1 / 110)  # two: plain decoding runs 110 steps a second, under which 103 lost 6%
+    for rate in (103, 103):
+        costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, rate, 1.0, True)
+    assert three.plain_chosen and three.drafted_rates == []
+    three.plain_chosen, three.verify[1] = False, [1 / 90, 1 / 90]  # the rounds slower than the plain call: it stands
+    for rate in (92, 92, 92):  # 8% under the plain call
+        costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, rate, 1.0, True)
+    assert three.plain_chosen
     log.plain_chosen = True  # a later re-check chose plain
     log.save()
     one = costs_slimspec.cost_log(tiny_target, drafter, 1, 6)
@@ -876,7 +894,7 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     kept = costs_slimspec.cost_log(tiny_target, drafter, 2, 6)
     assert kept.plain_rates == [100.0, 120.0, 90.0] and kept.plain_chosen and kept.drafted_rates == [94, 94, 120]
-    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
+    assert calls_slimspec.plain_is_chosen(tiny_target, drafter, 2, 6, sampled=False)
 
 
 def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_calls_chose_plain(
@@ -888,7 +906,7 @@ def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_c
     for batches."""
     import weakref
 
-    from slimspec_hf import costs_slimspec
+    from slimspec_hf import calls_slimspec, costs_slimspec
 
     monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
@@ -907,9 +925,9 @@ def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_c
     assert not log(tiny_target, drafter, 3, 6).plain_chosen  # fewer rows: not inherited from more
     assert log(tiny_target, drafter, 4, 600).plain_chosen  # another prompt length
     assert log(tiny_target, drafter, 6, 6).plain_chosen and log(tiny_target, drafter, 5, 6, sampled=True).plain_chosen
-    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # no plain rate yet: plain
+    assert calls_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # no plain rate yet: plain
     log(tiny_target, drafter, 6, 6).plain_rates = [100.0]
-    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # inherited: plain until re-check
+    assert calls_slimspec.plain_is_chosen(tiny_target, drafter, 6, 6, sampled=False)  # inherited: plain until re-check
     for path in tmp_path.glob("draft_costs/*.json"):
         path.unlink()
     log(tiny_target, drafter, 4, 6).save()
@@ -921,9 +939,10 @@ def test_a_batch_size_without_a_choice_starts_plain_where_fewer_rows_or_greedy_c
 
 
 def test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little(monkeypatch, tmp_path, tiny_target):
-    """Where three or more calls at fewer rows drafted, in all, under `JUDGE_MARGIN` faster than their plain calls
+    """Where three or more calls at fewer rows drafted, in all, under `JUDGE_MARGIN` faster than plain decoding
     (under `HALF_ROWS_MARGIN` at half the rows or fewer), a larger batch size starts plain (more rows gain less
-    still); not where they gained more, were too few to say, or ran at the same rows (another prompt length)."""
+    still); not where they gained more, were too few to say, or ran at the same rows (another prompt length). Plain
+    decoding runs as fast as its calls or, where two or more were kept, the loop's own plain rounds say."""
     import weakref
 
     from slimspec_hf import costs_slimspec
@@ -944,6 +963,13 @@ def test_a_batch_size_starts_plain_where_fewer_rows_drafted_for_little(monkeypat
     four.drafted_rates = [120.0, 90.0, 95.0]  # 100.1 in all: under 5% faster
     assert log(tiny_target, drafter, 6, 6).plain_chosen
     assert not log(tiny_target, drafter, 4, 600).plain_chosen  # the same rows at another prompt length
+    for rows in (6, 10):  # their choices set aside: each would start every larger batch size plain
+        log(tiny_target, drafter, rows, 6).plain_chosen = False
+    four.drafted_rates = [150.0, 105.0, 110.0]  # 19% over its one plain call (a slow one)
+    four.add_verify(1, 1 / 105)  # one plain round of the loop: no rate of its own
+    assert not log(tiny_target, drafter, 9, 6).plain_chosen
+    four.add_verify(1, 1 / 104)  # two: plain decoding runs 105 steps a second, over which drafting gained 13%
+    assert log(tiny_target, drafter, 11, 6).plain_chosen
 
 
 def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(monkeypatch, tmp_path, tiny_target):
@@ -954,7 +980,7 @@ def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(mo
 
     import torch
 
-    from slimspec_hf import costs_slimspec
+    from slimspec_hf import calls_slimspec, costs_slimspec
 
     monkeypatch.setenv("SLIMSPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("SLIMSPEC_DRAFT_COSTS", "on")
@@ -970,10 +996,10 @@ def test_a_drafter_folder_named_relative_or_absolute_keeps_one_set_of_choices(mo
 
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())  # a new process
     drafter.config._name_or_path = str(tmp_path / "drafters" / "tiny")
-    assert costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
+    assert calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
     monkeypatch.setattr(costs_slimspec, "_COSTS", weakref.WeakKeyDictionary())
     drafter.config._name_or_path = str(tmp_path / "drafters" / "elsewhere")
-    assert not costs_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
+    assert not calls_slimspec.plain_is_chosen(tiny_target, drafter, 1, 10, sampled=False)
 
 
 def test_kept_costs_that_cannot_be_read_or_written_are_measured_again(monkeypatch, tmp_path, tiny_target, caplog):

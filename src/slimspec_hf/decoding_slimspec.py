@@ -17,8 +17,8 @@ from transformers.generation.stopping_criteria import StoppingCriteriaList, Stop
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .acceptance_slimspec import depth_acceptance, record_depths
+from .calls_slimspec import judged, plain_is_chosen
 from .configuration_slimspec import is_slimspec_drafter
-from .costs_slimspec import judged, plain_is_chosen
 from .drafting_slimspec import (
     ROOT,
     DecodingSequence,

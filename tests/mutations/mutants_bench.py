@@ -789,7 +789,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto calls: over several rows the first call drafts, no plain call timed to hold drafting ones against",
-        edits=(Edit("costs_slimspec.py", "if batch_size > 1 and not log.plain_rates:", "if False:"),),
+        edits=(Edit("calls_slimspec.py", "if batch_size > 1 and not log.plain_rates:", "if False:"),),
         tests=(JUDGED,),
     ),
     Mutant(
@@ -853,8 +853,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + margin)",
-                "return enough and statistics.median(drafted) < statistics.median(plain) * (1 + margin)",
+                "return enough and statistics.harmonic_mean(drafted) < self.plain_rate() * (1 + margin)",
+                "return enough and statistics.median(drafted) < self.plain_rate() * (1 + margin)",
             ),
         ),
         tests=(LITTLE,),
@@ -864,8 +864,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 + margin)",
-                "return enough and statistics.harmonic_mean(drafted) < statistics.median(plain) * (1 - margin)",
+                "return enough and statistics.harmonic_mean(drafted) < self.plain_rate() * (1 + margin)",
+                "return enough and statistics.harmonic_mean(drafted) < self.plain_rate() * (1 - margin)",
             ),
         ),
         tests=(LITTLE,),
@@ -894,11 +894,49 @@ MUTANTS = [
         tests=(INHERITED,),
     ),
     Mutant(
+        name="auto calls: the loop's own plain rounds never set the plain rate (one plain call's luck stands)",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return max(rate, 1 / self.lower_median(rounds)) if len(rounds) >= PLAIN_ROUNDS_MIN else rate",
+                "return rate",
+            ),
+        ),
+        tests=(JUDGED, LITTLE),
+    ),
+    Mutant(
+        name="auto calls: one plain round of the loop sets the plain rate",
+        edits=(Edit("costs_slimspec.py", "PLAIN_ROUNDS_MIN = 2", "PLAIN_ROUNDS_MIN = 1"),),
+        tests=(JUDGED, LITTLE),
+    ),
+    Mutant(
+        name="auto calls: the loop's plain rounds replace faster plain calls as the plain rate",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "return max(rate, 1 / self.lower_median(rounds)) if",
+                "return 1 / self.lower_median(rounds) if",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
+        name="auto calls: a call judged against the plain calls' median alone",
+        edits=(
+            Edit(
+                "costs_slimspec.py",
+                "drafting_lost(log.drafted_rates, log.plain_rates, rate)",
+                "drafting_lost(log.drafted_rates, log.plain_rates, statistics.median(log.plain_rates))",
+            ),
+        ),
+        tests=(JUDGED,),
+    ),
+    Mutant(
         name="auto calls: a batch that drafted slower than its plain calls keeps drafting",
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates):",
+                "if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates, rate):",
                 "if False:",
             ),
         ),
@@ -957,7 +995,7 @@ MUTANTS = [
         name="auto calls: a call's steps counted past its rows' EOS",
         edits=(
             Edit(
-                "costs_slimspec.py",
+                "calls_slimspec.py",
                 "end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))",
                 "end = len(row)",
             ),
@@ -968,7 +1006,7 @@ MUTANTS = [
         name="auto calls: a call judged in useful tokens a second (how unequal its rows are moves it)",
         edits=(
             Edit(
-                "costs_slimspec.py",
+                "calls_slimspec.py",
                 "steps = max(new_token_counts(sequences, ids.shape[-1], eos_ids)) - 1",
                 "steps = sum(new_token_counts(sequences, ids.shape[-1], eos_ids)) - ids.shape[0]",
             ),
@@ -991,7 +1029,7 @@ MUTANTS = [
         name="auto calls: a call timed with its prompts' pass",
         edits=(
             Edit(
-                "costs_slimspec.py",
+                "calls_slimspec.py",
                 "    clock = FirstStepClock()\n",
                 "    clock = FirstStepClock()\n    clock.at = time.perf_counter()\n",
             ),
@@ -1000,7 +1038,7 @@ MUTANTS = [
     ),
     Mutant(
         name="auto calls: the decoding loop's calls judged as plain ones",
-        edits=(Edit("costs_slimspec.py", "drafted=bool(extra))", "drafted=False)"),),
+        edits=(Edit("calls_slimspec.py", "drafted=bool(extra))", "drafted=False)"),),
         tests=(JUDGED,),
     ),
     Mutant(

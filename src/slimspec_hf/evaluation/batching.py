@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..costs_slimspec import new_token_counts
+from ..calls_slimspec import new_token_counts
 from .metrics import acceptance_length
 from .systems import chosen_shapes
 from .timing import Timer, encode_prompt, sampling_kwargs

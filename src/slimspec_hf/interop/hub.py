@@ -49,6 +49,7 @@ REMOTE_CODE_FILES = (
     "shapes_slimspec.py",
     "acceptance_slimspec.py",
     "costs_slimspec.py",
+    "calls_slimspec.py",
     "stats_slimspec.py",
 )
 # Top-level files of a drafter folder that are published; everything else (optimizer states, trainer logs,
