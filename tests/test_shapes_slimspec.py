@@ -781,8 +781,9 @@ def test_measured_costs_are_kept_for_the_next_process(monkeypatch, tmp_path, tin
 def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monkeypatch, tmp_path, tiny_target):
     """Over several rows `auto`'s first call decodes plain, timed (steps a second: the longest row's tokens up to
     its EOS, after its first); later calls that drafted through their longest row slower than the plain calls (three
-    or more, their steps over their seconds, by over `JUDGE_MARGIN` under the plain calls' median or, where faster,
-    the rate that two or more of the loop's plain rounds imply; or one by over `JUDGE_MARGIN_ONE` under the slowest
+    or more, their steps over their seconds, by over `JUDGE_MARGIN` and their noise under the plain calls' median or,
+    where faster, the rate that two or more of the loop's plain rounds imply; or one by over `JUDGE_MARGIN_ONE` under
+    the slowest
     of two or more plain calls) make the next calls decode plain (re-checked
     later, the wait doubled, judged afresh); one call a little slower does not, nor one far slower than a single plain
     call or than a median that the slowest plain call lies under, nor calls whose steps over their seconds keep up
@@ -842,17 +843,20 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 15, 1.0, True)
     assert log.plain_rates == [100.0, 120.0, 90.0] and not log.plain_chosen
     before = log.recheck_every
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 94, 1.0, True)  # one call 6% slower: noise
-    assert not log.plain_chosen and log.drafted_rates == [94.0]
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 96, 1.0, True)  # two calls
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 92, 1.0, True)  # one call 8% slower: noise
+    assert not log.plain_chosen and log.drafted_rates == [92.0]
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 93, 1.0, True)  # two calls
     assert not log.plain_chosen
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 90, 1.0, True)  # three: 93.3 a second, 7% slower
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 91, 1.0, True)  # three: 92.0 a second, 8% slower
     assert log.plain_chosen and log.recheck_every == 2 * before and log.drafted_rates == []
     log.plain_chosen = False  # a re-check chose to draft: its calls judged afresh
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 93, 1.0, True)
     costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 81, 1.0, True)  # 19% slower, one of two
     assert not log.plain_chosen and log.drafted_rates == [93.0, 81.0]
-    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # 90.4 a second
+    costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, 99, 1.0, True)  # 90.4 a second, spread 10%
+    assert not log.plain_chosen  # 9.6% under the plain calls, within 5% and the calls' noise (8.2%)
+    for rate in (85, 88):  # five calls: 88.8 a second, 11% under, beyond 5% and their noise (5.7%)
+        costs_slimspec.judge_call(tiny_target, drafter, 2, 6, False, rate, 1.0, True)
     assert log.plain_chosen
     log.plain_chosen = False
     costs_slimspec.judge_call(
@@ -872,6 +876,10 @@ def test_a_batch_that_drafts_slower_than_its_plain_calls_decodes_plain_next(monk
     three = costs_slimspec.cost_log(tiny_target, drafter, 3, 6)
     three.plain_rates, three.plain_chosen = [100.0], False  # one plain call, on a slow day
     for rate in (103, 103, 103):  # 3% faster than it
+        costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, rate, 1.0, True)
+    assert not three.plain_chosen
+    three.drafted_rates = []
+    for rate in (95, 85, 90):  # 10% under it: within 5% and the noise of three calls and one plain call (6.4%)
         costs_slimspec.judge_call(tiny_target, drafter, 3, 6, False, rate, 1.0, True)
     assert not three.plain_chosen
     three.drafted_rates = []
