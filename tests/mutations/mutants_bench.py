@@ -925,7 +925,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "drafting_lost(log.drafted_rates, log.plain_rates, rate)",
+                "drafting_lost(log.drafted_rates, log.plain_rates, log.plain_rate(context + steps / 2))",
                 "drafting_lost(log.drafted_rates, log.plain_rates, statistics.median(log.plain_rates))",
             ),
         ),
@@ -952,7 +952,7 @@ MUTANTS = [
         edits=(
             Edit(
                 "costs_slimspec.py",
-                "if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates, rate):",
+                "if log.plain_rates and drafting_lost(log.drafted_rates, log.plain_rates, log.plain_rate(context + steps / 2)):",
                 "if False:",
             ),
         ),
