@@ -532,6 +532,44 @@ def test_verification_reads_the_shared_kv_heads(monkeypatch):
     assert copies  # the tree masks made transformers copy the cache
 
 
+def test_a_one_token_verification_leaves_the_query_heads_to_transformers(monkeypatch):
+    """A plain round (one token per row, as `draft_shape="auto"` probes and re-checks) runs without the shared-heads
+    switch: transformers then folds a masked single query's heads onto the key/value heads, where PyTorch's CPU kernel
+    with `enable_gqa` on one query token is several times slower; the drafter folds its one-query steps the same way.
+    Wider rounds keep the switch."""
+    import itertools
+
+    import transformers.integrations.sdpa_attention as sdpa
+
+    from slimspec_hf.shapes_slimspec import DraftShape, ShapeTuner
+
+    shapes = itertools.cycle([DraftShape(), DraftShape(2, 2, 1)])  # plain and drafting rounds in turn
+    monkeypatch.setattr(ShapeTuner, "next_shape", lambda self, rows=None, slots=None: next(shapes))
+    monkeypatch.setattr(decoding_slimspec, "plain_is_chosen", lambda *args: False)  # the call runs the loop
+    target = make_tiny_target(seed=2)  # 4 query heads, 2 key/value heads
+    target.set_attn_implementation("sdpa")
+    drafter = make_tiny_drafter(target)
+    calls = []
+    attention = sdpa.torch.nn.functional.scaled_dot_product_attention
+
+    def watched(query, key, value, *args, **kwargs):
+        calls.append((query.shape[1], query.shape[2], bool(kwargs.get("enable_gqa"))))
+        return attention(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(sdpa.torch.nn.functional, "scaled_dot_product_attention", watched)
+    ids = torch.tensor([[0, 3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5]])
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # a padded batch: every round passes a mask
+    settings = dict(max_new_tokens=12, do_sample=False, draft_shape="auto")
+    plain = target.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    calls.clear()
+    fast = target.generate(ids, attention_mask=mask, assistant_model=drafter, **settings)
+    assert fast.tolist() == plain.tolist()
+    assert drafter.last_generation_stats.rounds_by_source.get("plain")
+    assert (2, 2, False) in calls  # the plain rounds: 4 query heads folded onto the 2 key/value heads
+    assert all(not gqa for heads, queries, gqa in calls if queries == 1)
+    assert (4, 3, True) in calls  # a drafting round of 3 tokens a row: on the shared heads
+
+
 @pytest.mark.parametrize("weight_first", [False, True])
 def test_the_lm_head_over_several_rows_gives_each_rows_logits_by_either_kernel(monkeypatch, weight_first):
     import weakref

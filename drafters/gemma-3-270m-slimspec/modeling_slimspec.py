@@ -104,6 +104,14 @@ class SlimSpecDrafterAttention(nn.Module):
         if attention_mask is None and q_len > 1:
             # Causal over the new positions, all cached positions visible.
             attention_mask = causal_mask(q_len, kv_len, q.device)
+        if q_len == 1 and self.num_groups > 1:
+            # one query token: its heads folded onto their key/value heads (B, H_kv, groups, hd), the masks shared
+            # by all heads as they are; PyTorch's CPU kernel with `enable_gqa` on one query is several times slower
+            # (`verification_slimspec.shared_kv_heads`)
+            batch, heads, _, dim = q.shape
+            folded = q.reshape(batch, heads // self.num_groups, self.num_groups, dim)
+            attn = F.scaled_dot_product_attention(folded, k, v, attn_mask=attention_mask)
+            return self.output(attn.reshape(batch, heads, 1, dim)), new_kv
         attn = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attention_mask, enable_gqa=self.num_groups > 1
         )  # (B, H, T, hd)

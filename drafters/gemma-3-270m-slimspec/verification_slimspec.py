@@ -62,10 +62,17 @@ def cache_keyword(model) -> str:
 
 
 @contextmanager
-def shared_kv_heads():
-    """The target's forwards inside run sdpa attention on its shared key/value heads (`enable_gqa`): transformers
-    otherwise copies a grouped-query target's whole cache once per query head (`repeat_kv`) whenever a mask is passed
-    with more than one query token, unless `TRANSFORMERS_SDPA_FORCE_GQA=1` (read per call from 5.23 on)."""
+def shared_kv_heads(queries: int = 2):
+    """The target's forwards inside, of `queries` tokens per row, run sdpa attention on its shared key/value heads
+    (`enable_gqa`): transformers otherwise copies a grouped-query target's whole cache once per query head
+    (`repeat_kv`) whenever a mask is passed with more than one query token, unless `TRANSFORMERS_SDPA_FORCE_GQA=1`
+    (read per call from 5.23 on). One query token is left to transformers, which then folds the query heads onto
+    their key/value heads itself: PyTorch's CPU kernel is slow on one query (2.13, bf16, 1 thread, AMD EPYC, SmolLM2's
+    heads, 4 rows over 256 slots: 934 us a layer with `enable_gqa`, 317 us for two queries; a width-1 round of the
+    loop had cost 77 ms where a plain step cost 62)."""
+    if queries <= 1:
+        yield
+        return
     with _GQA_LOCK:  # one switch for the process: the first forward in sets it, the last one out restores it
         if _GQA_STATE["inside"] == 0:
             _GQA_STATE["before"] = os.environ.get(_FORCE_GQA)

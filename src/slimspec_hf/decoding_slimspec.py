@@ -354,7 +354,7 @@ class SpeculativeDecoder:
         }
         backbone = self.head is not None  # the LM head then runs in the walk, on the rows it reaches
         model = getattr(self.target, self.target.base_model_prefix) if backbone else self.target
-        with shared_kv_heads():
+        with shared_kv_heads(width):
             out = model(**inputs) if backbone else model(**inputs, logits_to_keep=0)
         return out.hidden_states, out.last_hidden_state if backbone else out.logits, positions
 

@@ -20,7 +20,30 @@ DECODING = "decoding_slimspec.py"
 STATS = "stats_slimspec.py"
 DRAFTING = "drafting_slimspec.py"
 
+ONE_QUERY = f"{DEC}::test_a_one_token_verification_leaves_the_query_heads_to_transformers"
+
 MUTANTS = [
+    Mutant(
+        name="verification: a one-token round runs on the shared key/value heads too (the slow kernel)",
+        edits=(Edit(VER, "    if queries <= 1:\n        yield\n        return\n", ""),),
+        tests=(ONE_QUERY,),
+    ),
+    Mutant(
+        name="drafter: one query token runs with `enable_gqa` (the slow kernel)",
+        edits=(Edit("modeling_slimspec.py", "if q_len == 1 and self.num_groups > 1:", "if False:"),),
+        tests=(ONE_QUERY,),
+    ),
+    Mutant(
+        name="drafter: one query token's heads folded onto the wrong key/value heads",
+        edits=(
+            Edit(
+                "modeling_slimspec.py",
+                "folded = q.reshape(batch, heads // self.num_groups, self.num_groups, dim)",
+                "folded = q.reshape(batch, self.num_groups, heads // self.num_groups, dim).transpose(1, 2)",
+            ),
+        ),
+        tests=("tests/test_modeling_slimspec.py::test_cached_and_uncached_forward_agree",),
+    ),
     Mutant(
         name="stop strings: the drafter's route leaves them to transformers, which has dropped the tokenizer",
         edits=(
