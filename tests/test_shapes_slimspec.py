@@ -156,6 +156,22 @@ def test_rounds_after_rows_finished_are_timed_at_their_own_row_count():
     assert timer.tokens == 8 and timer.seconds == pytest.approx(0.20) and tuner.accepted == 2.0
 
 
+def test_a_widths_kept_rounds_come_from_several_calls_and_points_of_each():
+    """One call's rounds of a width go to the costs at its first two and then at the 16th, 32nd, 64th ...: a long
+    call of one shape does not fill the 9 kept rounds alone (a slow stretch of one call had priced every shape)."""
+    log = CostLog(batch_size=4)
+    tuner = ShapeTuner(log, DepthAcceptance(), start=DraftShape(3, 1, 3))
+    tuner.probes.clear()
+    for n in range(70):  # one call: 70 rounds of tree 3/1/3 (width 4), round n taking 0.1 + n ms
+        tuner.observe(DraftShape(3, 1, 3), 0.1 + n / 1000, [(1, 0.01)], accepted=1.0)
+    tuner.observe(DraftShape(), 0.05, [], accepted=None)  # a plain round: its width's first
+    assert log.verify[4] == pytest.approx([0.1, 0.101, 0.116, 0.132, 0.164]) and log.verify[1] == [0.05]
+    again = ShapeTuner(log, DepthAcceptance(), start=DraftShape(3, 1, 3))  # the next call
+    for _ in range(10):
+        again.observe(DraftShape(3, 1, 3), 0.2, [(1, 0.01)], accepted=1.0)
+    assert log.verify[4] == pytest.approx([0.1, 0.101, 0.116, 0.132, 0.164, 0.2, 0.2])
+
+
 def test_the_rows_left_of_a_batch_are_shaped_by_the_costs_at_their_row_count(monkeypatch):
     """A batch of 8 whose every verified token costs as much as the first decodes plain; once 6 of its rows have
     finished, the 2 left verify about as a batch of 4 does (a plain round between the 1- and 4-row ones measured, a

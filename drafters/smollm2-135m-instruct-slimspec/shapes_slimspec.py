@@ -261,6 +261,11 @@ CHOOSE_EVERY = 16
 EXPLORE_AFTER = 8
 # the calibration's prior, in drafted tokens predicted: a few rounds move it a little, many rounds a lot
 CALIBRATION_PRIOR = 4.0
+# a call's rounds of one width (at one row count) that the costs keep: its first `CALL_ROUNDS_FIRST`, then the
+# `CALL_ROUNDS_FIRST + CALL_ROUNDS_LATE`-th, twice that, ... (`ShapeTuner.kept_round`), so that a width's kept rounds
+# come from several calls and several points of each (SmolLM2, bf16, EPYC, 4 rows: a width's 9 kept rounds had
+# come from one stretch of one call, 83-90 ms where the batch's plain calls ran 62 a step, and priced its shapes)
+CALL_ROUNDS_FIRST, CALL_ROUNDS_LATE = 2, 14
 
 
 class ShapeTuner:
@@ -315,6 +320,7 @@ class ShapeTuner:
         self.candidates: list[DraftShape] = []
         self.plain_rounds, self.explore_after = 0, EXPLORE_AFTER  # plain rounds since the last drafting one
         self.drafted_last = False  # the last round ran the drafter: its state is current
+        self.timed: dict[tuple[int, int], int] = {}  # (rows, width) -> this call's rounds of that width (`kept_round`)
         self.slots: float | None = None  # the cache slots the coming round reads first: where its costs are priced
         # a call made although plain decoding won before (`plain_is_chosen`'s recheck): its first `every` rounds draft
         # the best other shape, so that the acceptance is measured again before the choice
@@ -448,6 +454,15 @@ class ShapeTuner:
         least = verify + costs.draft_time(1) + (probe.depth - 1) * costs.draft_time(probe.top_k)
         return least < expected_tokens(probe, self.acceptance) * costs.verify_time(1)
 
+    def kept_round(self, rows: int, width: int) -> bool:
+        """Whether this call's next round `width` tokens wide over `rows` rows goes to the costs: the first
+        `CALL_ROUNDS_FIRST` of the call, then its n-th where n is `CALL_ROUNDS_FIRST + CALL_ROUNDS_LATE` times a
+        power of 2 (16, 32, 64, ...: a call of 96 rounds keeps five)."""
+        n = self.timed.get((rows, width), 0)
+        self.timed[(rows, width)] = n + 1
+        late, first = n // (CALL_ROUNDS_FIRST + CALL_ROUNDS_LATE), n % (CALL_ROUNDS_FIRST + CALL_ROUNDS_LATE)
+        return n < CALL_ROUNDS_FIRST or (first == 0 and late & (late - 1) == 0)
+
     def best_of_size(self, size: int) -> DraftShape:
         shapes = [s for s in candidate_shapes(size, self.acceptance.max_depth, self.top_ks) if s.size == size]
         return max(shapes, key=lambda s: expected_tokens(s, self.acceptance))
@@ -485,7 +500,9 @@ class ShapeTuner:
         if predicted is not None and yielded is not None:
             self.log.yields.add(name, yielded - 1.0, predicted - 1.0)
         self.drafted_last = bool(draft_steps)
-        log.add_verify(shape.size + 1 if width is None else width, verify_seconds, self.slots)
+        width = shape.size + 1 if width is None else width
+        if self.kept_round(log.batch_size, width):
+            log.add_verify(width, verify_seconds, self.slots)
         for nodes, step in draft_steps:
             log.add_draft(max(1, round(nodes)), step)
         if not full:

@@ -40,7 +40,21 @@ SLOTS = "tests/test_shapes_slimspec.py::test_rounds_timed_over_longer_caches_are
 KEPT = "tests/test_shapes_slimspec.py::test_measured_costs_are_kept_for_the_next_process"
 SAMPLED = "tests/evaluation/test_batching.py::test_sampled_runs_pass_top_p_and_no_top_k_to_every_call"
 
+SPREAD = "tests/test_shapes_slimspec.py::test_a_widths_kept_rounds_come_from_several_calls_and_points_of_each"
+
 MUTANTS = [
+    Mutant(
+        name="auto calls: every round of a call goes to the kept costs",
+        edits=(
+            Edit("shapes_slimspec.py", "        if self.kept_round(log.batch_size, width):\n", "        if True:\n"),
+        ),
+        tests=(SPREAD,),
+    ),
+    Mutant(
+        name="auto calls: a call keeps its first rounds of a width only",
+        edits=(Edit("shapes_slimspec.py", " or (first == 0 and late & (late - 1) == 0)", ""),),
+        tests=(SPREAD,),
+    ),
     Mutant(
         name="bench: batched sampled runs ignore `--top-p`",
         edits=(
