@@ -25,8 +25,7 @@ from .heads_slimspec import weight_first
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 TREE_ATTENTION = (None, "sdpa", "eager")  # implementations that take a 4-D (tree) attention mask
 _LAYER_TYPES = ("full_attention", "sliding_attention")
-_FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
-_GQA_LOCK = threading.Lock()
+_FORCE_GQA, _GQA_LOCK = "TRANSFORMERS_SDPA_FORCE_GQA", threading.Lock()
 _GQA_STATE = {"inside": 0, "before": None}  # forwards inside `shared_kv_heads` (every thread's), the switch before
 
 
@@ -63,13 +62,10 @@ def cache_keyword(model) -> str:
 
 @contextmanager
 def shared_kv_heads(queries: int = 2):
-    """The target's forwards inside, of `queries` tokens per row, run sdpa attention on its shared key/value heads
-    (`enable_gqa`): transformers otherwise copies a grouped-query target's whole cache once per query head
-    (`repeat_kv`) whenever a mask is passed with more than one query token, unless `TRANSFORMERS_SDPA_FORCE_GQA=1`
-    (read per call from 5.23 on). One query token is left to transformers, which then folds the query heads onto
-    their key/value heads itself: PyTorch's CPU kernel is slow on one query (2.13, bf16, 1 thread, AMD EPYC, SmolLM2's
-    heads, 4 rows over 256 slots: 934 us a layer with `enable_gqa`, 317 us for two queries; a width-1 round of the
-    loop had cost 77 ms where a plain step cost 62)."""
+    """The target's forwards inside (`queries` tokens a row) run sdpa on its shared key/value heads (`enable_gqa`):
+    transformers otherwise copies a grouped-query cache per query head (`repeat_kv`) where a mask comes with several
+    queries, unless `TRANSFORMERS_SDPA_FORCE_GQA=1` (5.23 on). One query is left to transformers, which folds its
+    heads itself (torch's CPU kernel with `enable_gqa` is slow on one: docs/decoding.md)."""
     if queries <= 1:
         yield
         return

@@ -263,10 +263,8 @@ class SpeculativeDecoder:
         drop = seq.length - end
         seq.ids = seq.ids[:, :end]
         if len(self.seqs) == 1:
-            self.scores, self.raw_logits = (
-                self.scores[: len(self.scores) - drop],
-                self.raw_logits[: len(self.raw_logits) - drop],
-            )
+            self.scores = self.scores[: len(self.scores) - drop]
+            self.raw_logits = self.raw_logits[: len(self.raw_logits) - drop]
             self.hidden_states = self.hidden_states[: len(self.hidden_states) - drop]
             if hasattr(self.cache, "crop"):
                 self.cache.crop(-drop)  # every token but the last is in the target's cache
@@ -329,9 +327,8 @@ class SpeculativeDecoder:
         return tree
 
     def verify(self, trees: list[DraftTree]):
-        """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding is
-        masked as keys and sees only itself as a query); returns the hidden states, the last hidden states (or the
-        logits, when the target's logits are more than its LM head) and the columns' positions (B, W)."""
+        """ONE target forward over every active row's root and kept nodes, padded to the widest row (padding masked as
+        keys, seeing only itself); returns the hidden states, the last ones (or the logits) and the positions (B, W)."""
         width = max(len(t.kept) + 1 for t in trees)
         device = self.seqs[0].ids.device
         ids = torch.zeros((len(trees), width), dtype=torch.long)

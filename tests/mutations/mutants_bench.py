@@ -1086,8 +1086,8 @@ MUTANTS = [
         edits=(
             Edit(
                 "shapes_slimspec.py",
-                "log.add_verify(shape.size + 1 if width is None else width, verify_seconds, self.slots)",
-                "log.add_verify(shape.size + 1 if width is None else width, verify_seconds)",
+                "log.add_verify(width, verify_seconds, self.slots)",
+                "log.add_verify(width, verify_seconds)",
             ),
         ),
         tests=(KEPT,),
