@@ -263,8 +263,8 @@ EXPLORE_AFTER = 8
 CALIBRATION_PRIOR = 4.0
 # a call's rounds of one width (at one row count) that the costs keep: its first `CALL_ROUNDS_FIRST`, then the
 # `CALL_ROUNDS_FIRST + CALL_ROUNDS_LATE`-th, twice that, ... (`ShapeTuner.kept_round`), so that a width's kept rounds
-# come from several calls and several points of each (SmolLM2, bf16, EPYC, 4 rows: a width's 9 kept rounds had
-# come from one stretch of one call, 83-90 ms where the batch's plain calls ran 62 a step, and priced its shapes)
+# come from several calls and several points of each (SmolLM2, bf16, EPYC, 4 rows: the 9 kept plain rounds had come
+# from one cheap stretch of one call, 57 ms where the plain calls ran 62-70 a step, and made plain rounds win a call)
 CALL_ROUNDS_FIRST, CALL_ROUNDS_LATE = 2, 14
 
 
