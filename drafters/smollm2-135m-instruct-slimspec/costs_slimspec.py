@@ -203,9 +203,9 @@ class CostLog:
         """The steps a second that calls which drafted are held against: the plain calls' median, raised to what the
         decoding loop's own plain rounds imply where `PLAIN_ROUNDS_MIN` were kept (one over their lower median,
         brought to `slots` cache slots: a plain round is a plain step's forward, and a call's luck does not move it).
-        SmolLM2, bf16, 1 thread, EPYC, 4 rows: plain steps of 62-69 ms against rounds of 64 (82-89 in another run,
-        where the plain calls' median stood); one plain call that ran 0.65x the same batch's had made drafting look
-        29% faster where it gained about 10%."""
+        SmolLM2, bf16, 1 thread, EPYC, 4 rows: plain steps of 62-69 ms against rounds of 64 (82-89 where one-token
+        rounds ran on torch's slow one-query kernel: `shared_kv_heads`); one plain call that ran 0.65x the same
+        batch's had made drafting look 29% faster where it gained about 10%."""
         rate = statistics.median(self.plain_rates) if self.plain_rates else 0.0
         rounds = self.verify_at(slots).get(1, [])
         return max(rate, 1 / self.lower_median(rounds)) if len(rounds) >= PLAIN_ROUNDS_MIN else rate
